@@ -1,0 +1,296 @@
+"""The ``pack`` command line: a thin layer over packer.engine, packer.verify and the readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from packer.formats import WRITERS
+from packer.preprocess import DEFAULT_MAX_PIXELS, ENCODINGS, RESAMPLE, RESIZE_MODES, PreprocessSpec
+from readers.errors import ImgpackError
+
+SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+
+
+def parse_size(text: str | None) -> int | None:
+    """'512MB' -> 512_000_000; '1GiB' -> 1_073_741_824; plain numbers are bytes."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*([\d.]+)\s*([A-Za-z]*)\s*", str(text))
+    if not match or match.group(2).upper() not in SIZE_UNITS:
+        raise click.BadParameter(f"{text!r} is not a size like 512MB or 1GiB")
+    return int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+class ImgpackGroup(click.Group):
+    """Turns user-facing errors into one line on stderr and exit code 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ImgpackError as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted; re-run the same command with --resume to finish", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=ImgpackGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="imgpack", message="imgpack %(version)s")
+def main() -> None:
+    """imgpack: preprocess an image folder once, read it fast in PyTorch.
+
+    \b
+    pack imagefolder ~/data/train --to lmdb -o train.lmdb --resize 256
+    pack info train.lmdb
+    pack verify train.lmdb
+    """
+
+
+@main.command()
+@click.argument("src", type=click.Path(path_type=str))
+@click.option("--to", "fmt", required=True, type=click.Choice(sorted(WRITERS)), help="Output format.")
+@click.option("-o", "--out", required=True, type=click.Path(path_type=str), help="Output dataset directory.")
+@click.option("--resize", type=click.IntRange(min=1), help="Target size in pixels (see --resize-mode).")
+@click.option(
+    "--resize-mode",
+    type=click.Choice(RESIZE_MODES),
+    default="shorter",
+    show_default=True,
+    help="shorter/longer: that side becomes --resize, aspect kept; exact: --resize x --resize.",
+)
+@click.option("--crop", type=click.IntRange(min=1), help="Centre crop to N x N after resizing.")
+@click.option(
+    "--encode",
+    type=click.Choice(ENCODINGS),
+    default="jpeg",
+    show_default=True,
+    help="How images are stored; 'original' keeps the source bytes untouched.",
+)
+@click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True, help="JPEG quality.")
+@click.option(
+    "--mode",
+    type=click.Choice(["RGB", "L"]),
+    default="RGB",
+    show_default=True,
+    help="Colour mode of the stored images (alpha is flattened on white).",
+)
+@click.option(
+    "--upscale/--no-upscale",
+    default=False,
+    show_default=True,
+    help="Allow --resize to enlarge images smaller than the target.",
+)
+@click.option("--resample", type=click.Choice(sorted(RESAMPLE)), default="bilinear", show_default=True)
+@click.option(
+    "--max-pixels",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_PIXELS,
+    show_default=True,
+    help="Images with more pixels are skipped as possible decompression bombs.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes that preprocess images [default: number of CPUs].",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: a process pool on this machine; ray: one Ray task per shard.",
+)
+@click.option("--ray-address", default=None, help="Ray cluster to join (default: start a local one).")
+@click.option("--shards", type=click.IntRange(min=1), default=None, help="Split into N shards/files.")
+@click.option("--samples-per-shard", type=click.IntRange(min=1), default=None)
+@click.option("--shard-size", default=None, help="Roll over to a new shard at this size, e.g. 512MB (tar).")
+@click.option(
+    "--compression",
+    type=click.Choice(["none", "lzf", "gzip"]),
+    default=None,
+    help="HDF5 dataset compression.",
+)
+@click.option(
+    "--on-error",
+    type=click.Choice(["skip", "fail"]),
+    default="skip",
+    show_default=True,
+    help="skip: record bad files in the manifest and go on; fail: stop at the first one.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing output dataset.")
+@click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def imagefolder(
+    src: str,
+    fmt: str,
+    out: str,
+    resize,
+    resize_mode,
+    crop,
+    encode,
+    quality,
+    mode,
+    upscale,
+    resample,
+    max_pixels,
+    workers,
+    engine,
+    ray_address,
+    shards,
+    samples_per_shard,
+    shard_size,
+    compression,
+    on_error,
+    force,
+    resume,
+    quiet,
+    as_json,
+) -> None:
+    """Pack the image folder SRC (SRC/<class>/<image>) into OUT."""
+    from packer.engine import pack_folder
+
+    spec = PreprocessSpec(
+        resize=resize,
+        resize_mode=resize_mode,
+        crop=crop,
+        encode=encode,
+        quality=quality,
+        mode=mode,
+        upscale=upscale,
+        resample=resample,
+        max_pixels=max_pixels,
+    )
+    options = {
+        "shards": shards,
+        "samples_per_shard": samples_per_shard,
+        "shard_size": parse_size(shard_size),
+        "compression": compression,
+    }
+    report = pack_folder(
+        src,
+        out,
+        fmt,
+        spec,
+        workers=workers,
+        engine=engine,
+        options=options,
+        on_error=on_error,
+        force=force,
+        resume=resume,
+        quiet=quiet or as_json,
+        ray_address=ray_address,
+    )
+    if as_json:
+        emit_json({**asdict(report), "images_per_second": report.images_per_second})
+    elif not quiet:
+        click.echo(
+            f"packed {report.packed} images into {report.out} ({report.format}, {report.shards} "
+            f"shard(s), {human_bytes(report.bytes)}) in {report.seconds:.1f} s "
+            f"({report.images_per_second:.0f} img/s); skipped {report.skipped}"
+        )
+        for entry in report.skipped_files[:10]:
+            click.echo(f"  skipped {entry['path']}: {entry['reason']}")
+        if report.skipped > 10:
+            click.echo(f"  ... and {report.skipped - 10} more (see `pack info {out} --json`)")
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def info(dataset: str, as_json: bool) -> None:
+    """Describe the packed DATASET."""
+    from readers.manifest import read_manifest
+
+    manifest = read_manifest(dataset)
+    if as_json:
+        emit_json(asdict(manifest))
+        return
+    total = sum(s.bytes for s in manifest.shards)
+    pre = ", ".join(f"{k}={v}" for k, v in manifest.preprocess.items() if v not in (None, False))
+    lines = [
+        f"dataset   {dataset}",
+        f"format    {manifest.format} (version {manifest.format_version}), encoding {manifest.encoding}",
+        f"samples   {manifest.num_samples} in {len(manifest.classes)} classes, "
+        f"{len(manifest.shards)} shard(s)",
+        f"size      {human_bytes(total)} ({human_bytes(total / max(1, manifest.num_samples))} per image)",
+        f"preprocess {pre}",
+        f"classes   {', '.join(manifest.classes[:10])}{' ...' if len(manifest.classes) > 10 else ''}",
+        f"skipped   {len(manifest.skipped)}",
+        f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
+    ]
+    lines += [f"  skipped {s['path']}: {s['reason']}" for s in manifest.skipped[:10]]
+    click.echo("\n".join(lines))
+
+
+@main.command()
+@click.argument("dataset", type=click.Path(path_type=str))
+@click.option("--no-decode", is_flag=True, help="Check checksums only, do not decode every image.")
+@click.option("--json", "as_json", is_flag=True)
+def verify(dataset: str, no_decode: bool, as_json: bool) -> None:
+    """Check shard checksums and that every image in DATASET decodes."""
+    from packer.verify import verify_dataset
+
+    report = verify_dataset(dataset, decode=not no_decode)
+    if as_json:
+        emit_json({**asdict(report), "ok": report.ok})
+    else:
+        for problem in report.problems:
+            click.echo(f"problem: {problem}", err=True)
+        status = "OK" if report.ok else f"FAILED ({len(report.problems)} problem(s))"
+        click.echo(f"{dataset}: {report.samples} samples in {report.shards} shard(s): {status}")
+    if not report.ok:
+        sys.exit(1)
+
+
+def _register_optional_commands() -> None:
+    """Commands that live in their own modules (bench) join the group when present."""
+    import importlib
+
+    for module_name, attr in (("packer.bench_cli", "bench"),):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        main.add_command(getattr(module, attr))
+
+
+_register_optional_commands()
+
+if __name__ == "__main__":  # pragma: no cover
+    main(prog_name=os.path.basename(sys.argv[0]))

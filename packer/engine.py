@@ -1,0 +1,285 @@
+"""Running a pack: scan, cut into parts, preprocess in parallel, write in order, manifest last.
+
+Engines:
+- ``local`` (default): a process pool preprocesses samples (a bounded window of small chunks in
+  flight, so memory does not grow with the dataset); the main process writes them strictly in
+  source order, so the output is byte-identical for any number of workers.
+- ``ray``: one Ray task per part, each preprocessing and writing its own part files on storage
+  all nodes share; the driver merges their results into the manifest.
+
+Progress is recorded per finished part in ``.imgpack-progress.json``; ``resume=True`` redoes only
+the parts that did not finish. The manifest is written last, atomically.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from packer.formats import FormatWriter, PartResult, writer_class
+from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
+from packer.source import SourceItem, SourceScan, scan_folder
+from readers.errors import ImgpackError
+from readers.manifest import MANIFEST_NAME, Manifest, Shard, write_atomic, write_manifest
+
+PROGRESS_NAME = ".imgpack-progress.json"
+CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
+
+
+@dataclass
+class PackReport:
+    out: str
+    format: str
+    packed: int
+    skipped: int
+    bytes: int
+    seconds: float
+    shards: int
+    workers: int
+    engine: str
+    skipped_files: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def images_per_second(self) -> float:
+        return (self.packed + self.skipped) / self.seconds if self.seconds > 0 else 0.0
+
+
+Failure = tuple[int, str, str]  # (source index, relative path, reason)
+
+
+def _preprocess_chunk(chunk: list[SourceItem], spec: PreprocessSpec) -> list[PackedSample | Failure]:
+    out: list[PackedSample | Failure] = []
+    for item in chunk:
+        try:
+            out.append(preprocess_file(item.path, item.rel, item.label, item.index, spec))
+        except SkipSample as exc:
+            out.append((item.index, item.rel, str(exc)))
+    return out
+
+
+def preprocessed(
+    items: list[SourceItem], spec: PreprocessSpec, workers: int
+) -> Iterator[PackedSample | Failure]:
+    """Results for ``items`` in source order, computed by ``workers`` processes."""
+    chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
+    if workers <= 1:
+        for chunk in chunks:
+            yield from _preprocess_chunk(chunk, spec)
+        return
+    method = "fork" if "fork" in _start_methods() else "spawn"
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method)) as pool:
+        in_flight: deque = deque()
+        todo = iter(chunks)
+        window = workers * 4
+        try:
+            for chunk in todo:
+                in_flight.append(pool.submit(_preprocess_chunk, chunk, spec))
+                if len(in_flight) >= window:
+                    yield from in_flight.popleft().result()
+            while in_flight:
+                yield from in_flight.popleft().result()
+        finally:
+            for future in in_flight:
+                future.cancel()
+
+
+def _start_methods() -> list[str]:
+    from multiprocessing import get_all_start_methods
+
+    return get_all_start_methods()
+
+
+def write_part(
+    writer: FormatWriter,
+    part: int,
+    results: Iterable[PackedSample | Failure],
+    on_error: str,
+    tick: Callable[[int], None] = lambda n: None,
+) -> PartResult:
+    """Feed one part's results to a fresh part writer; failures become skips (or an error)."""
+    part_writer = writer.open_part(part)
+    skipped: list[dict[str, str]] = []
+    try:
+        for result in results:
+            if isinstance(result, tuple):
+                _, rel, reason = result
+                if on_error == "fail":
+                    raise ImgpackError(f"{rel}: {reason} (--on-error fail stops at the first bad file)")
+                skipped.append({"path": rel, "reason": reason})
+            else:
+                part_writer.add(result)
+            tick(1)
+        shards = part_writer.close()
+    except OSError as exc:
+        part_writer.abort()
+        raise ImgpackError(
+            f"{writer.out}: cannot write the output ({exc.strerror or exc}); check free space and permissions"
+        ) from None
+    except BaseException:
+        part_writer.abort()
+        raise
+    return PartResult(part, shards, skipped)
+
+
+# -- progress and resume -------------------------------------------------------------------------
+
+
+def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes], sort_keys=True).encode())
+    for item in scan.items:
+        digest.update(item.rel.encode("utf-8", "surrogateescape") + b"\0")
+    return digest.hexdigest()
+
+
+def _load_progress(out: Path, fingerprint: str) -> dict[int, PartResult]:
+    path = out / PROGRESS_NAME
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    if data.get("fingerprint") != fingerprint:
+        raise ImgpackError(
+            f"{out}: the interrupted pack used other sources or options; "
+            "re-run with the same ones, or use --force to start over"
+        )
+    return {
+        int(p["part"]): PartResult(
+            int(p["part"]), [Shard(**s) for s in p["shards"]], p["skipped"], p.get("extra", {})
+        )
+        for p in data.get("parts", [])
+    }
+
+
+def _save_progress(out: Path, fingerprint: str, done: dict[int, PartResult]) -> None:
+    data = {"fingerprint": fingerprint, "parts": [asdict(done[k]) for k in sorted(done)]}
+    write_atomic(out / PROGRESS_NAME, json.dumps(data))
+
+
+def _prepare_output(out: Path, force: bool, resume: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise ImgpackError(f"{out}: exists and is not a directory; choose another -o")
+    if out.exists() and any(out.iterdir()):
+        ours = (out / MANIFEST_NAME).exists() or (out / PROGRESS_NAME).exists()
+        if resume and (out / PROGRESS_NAME).exists():
+            return
+        if resume and (out / MANIFEST_NAME).exists():
+            raise ImgpackError(f"{out}: already complete (has {MANIFEST_NAME}); nothing to resume")
+        if not force:
+            hint = "re-run with --resume to finish it, or " if (out / PROGRESS_NAME).exists() else ""
+            raise ImgpackError(f"{out}: already exists; {hint}pass --force to replace it")
+        if not ours:
+            raise ImgpackError(f"{out}: is not an imgpack output, refusing to delete it even with --force")
+        shutil.rmtree(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".imgpack-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
+
+
+# -- the pack ------------------------------------------------------------------------------------
+
+
+def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> None:
+    todo = [(p, items) for p, items in parts if p not in done]
+    for p, _ in todo:
+        for path in writer.part_files(p):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    stream = preprocessed([item for _, items in todo for item in items], spec, workers)
+    for p, items in todo:
+        results = (next(stream) for _ in range(len(items)))
+        done[p] = write_part(writer, p, results, on_error, progress.update)
+        save()
+
+
+def pack_folder(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    fmt: str = "lmdb",
+    spec: PreprocessSpec | None = None,
+    *,
+    workers: int | None = None,
+    engine: str = "local",
+    options: dict[str, Any] | None = None,
+    on_error: str = "skip",
+    force: bool = False,
+    resume: bool = False,
+    quiet: bool = True,
+    ray_address: str | None = None,
+) -> PackReport:
+    """Pack the image folder ``src`` into ``out`` in format ``fmt``; see the module docstring."""
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    spec = spec or PreprocessSpec()
+    options = {k: v for k, v in (options or {}).items() if v is not None}
+    if on_error not in ("skip", "fail"):
+        raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
+    workers = max(1, workers or os.cpu_count() or 1)
+    out = Path(out)
+    writer = writer_class(fmt)(out, spec, options)
+    scan = scan_folder(src)
+    _prepare_output(out, force, resume)
+    fingerprint = _fingerprint(scan, fmt, spec, options)
+    done = _load_progress(out, fingerprint) if resume else {}
+    per_part = writer.samples_per_part(len(scan.items))
+    parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]
+    remaining = sum(len(items) for p, items in parts if p not in done)
+    with tqdm(total=remaining, unit="img", disable=quiet, desc=f"pack {fmt}", dynamic_ncols=True) as bar:
+        save = functools.partial(_save_progress, out, fingerprint, done)
+        if engine == "local":
+            _run_local(writer, parts, spec, workers, on_error, bar, done, save)
+        elif engine == "ray":
+            from packer.ray_engine import run_ray
+
+            run_ray(writer, parts, spec, on_error, bar, done, save, ray_address)
+        else:
+            raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
+    results = [done[p] for p, _ in parts]
+    shards, extra = writer.finish(results, scan.classes)
+    skipped = [s for r in results for s in r.skipped]
+    if not shards or sum(s.count for s in shards) == 0:
+        raise ImgpackError(
+            f"{src}: every image was skipped ({len(skipped)}); first reason: "
+            f"{skipped[0]['path']}: {skipped[0]['reason'] if skipped else '-'}"
+        )
+    manifest = Manifest(
+        format=fmt,
+        num_samples=sum(s.count for s in shards),
+        classes=scan.classes,
+        encoding=spec.encode,
+        preprocess=spec.to_dict(),
+        shards=shards,
+        skipped=skipped,
+        extra={**extra, "source": str(Path(src).resolve()), "empty_classes": scan.empty_classes},
+    )
+    write_manifest(out, manifest)
+    (out / PROGRESS_NAME).unlink(missing_ok=True)
+    return PackReport(
+        str(out),
+        fmt,
+        manifest.num_samples,
+        len(skipped),
+        sum(s.bytes for s in shards),
+        time.perf_counter() - started,
+        len(shards),
+        workers,
+        engine,
+        skipped,
+    )

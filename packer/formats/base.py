@@ -1,0 +1,90 @@
+"""The writer interface every format implements.
+
+The engine cuts the source into contiguous *parts* and, for each part, opens a ``PartWriter``
+and adds that part's samples in source order. A part is self-contained (its own files, local
+record positions), so parts can be written by different processes or Ray tasks without knowing
+how many samples earlier parts skipped; ``FormatWriter.finish`` then names the files and gives
+each its place (``Shard.first``) in the dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from packer.preprocess import PackedSample, PreprocessSpec
+from readers.manifest import Shard
+
+
+@dataclass
+class PartResult:
+    """What one part produced: its shard files (``first`` relative to the part) and its skips."""
+
+    part: int
+    shards: list[Shard]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return sum(s.count for s in self.shards)
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class PartWriter:
+    def add(self, sample: PackedSample) -> None:
+        raise NotImplementedError
+
+    def close(self) -> list[Shard]:
+        """Finish the part's files; shards with ``first`` counted from the part's start."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Drop what was written (the part will be redone)."""
+
+
+class FormatWriter:
+    name: ClassVar[str] = ""
+    # How many parts to cut the source into when the user does not say (None: one part).
+    default_samples_per_part: ClassVar[int | None] = None
+
+    def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
+        self.out = Path(out)
+        self.spec = spec
+        self.options = options
+        self.check_options()
+
+    def check_options(self) -> None:
+        """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size)."""
+
+    def samples_per_part(self, num_items: int) -> int:
+        shards = self.options.get("shards")
+        if shards:
+            return max(1, -(-num_items // int(shards)))
+        return self.options.get("samples_per_shard") or self.default_samples_per_part or max(1, num_items)
+
+    def open_part(self, part: int) -> PartWriter:
+        raise NotImplementedError
+
+    def part_files(self, part: int) -> list[Path]:
+        """Files or directories a part may have left behind (removed before it is redone)."""
+        return []
+
+    def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict[str, Any]]:
+        """Final shard list (global ``first``) and format-specific manifest ``extra``."""
+        shards: list[Shard] = []
+        first = 0
+        for result in results:
+            for shard in result.shards:
+                shards.append(Shard(shard.file, first, shard.count, shard.bytes, shard.sha256))
+                first += shard.count
+        return shards, {}

@@ -1,0 +1,95 @@
+"""LMDB writer: one environment per part, records appended in batched transactions.
+
+The on-disk layout lives with the reader (readers/formats/lmdb.py); this side only writes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import lmdb
+import numpy as np
+
+from packer.formats.base import FormatWriter, PartWriter, file_sha256
+from packer.preprocess import PackedSample
+from readers.errors import ImgpackError
+from readers.formats.lmdb import LABELS_KEY, encode_key, shard_name
+from readers.manifest import Shard
+from readers.record import pack_record
+
+COMMIT_SAMPLES = 512
+COMMIT_BYTES = 64 << 20
+INITIAL_MAP_SIZE = 256 << 20
+
+
+class LmdbPartWriter(PartWriter):
+    def __init__(self, path: Path):
+        self.path = path
+        if path.exists():
+            shutil.rmtree(path)
+        self.map_size = INITIAL_MAP_SIZE
+        self.env = lmdb.open(
+            str(path),
+            map_size=self.map_size,
+            subdir=True,
+            lock=False,
+            sync=False,
+            metasync=False,
+            meminit=False,
+            max_dbs=0,
+        )
+        self.pending: list[tuple[bytes, bytes]] = []
+        self.pending_bytes = 0
+        self.labels: list[int] = []
+
+    def add(self, sample: PackedSample) -> None:
+        key = encode_key(len(self.labels))
+        value = pack_record(
+            sample.data, sample.label, sample.height, sample.width, sample.channels, sample.encoding
+        )
+        self.pending.append((key, value))
+        self.pending_bytes += len(value)
+        self.labels.append(sample.label)
+        if len(self.pending) >= COMMIT_SAMPLES or self.pending_bytes >= COMMIT_BYTES:
+            self._commit()
+
+    def _commit(self, extra: list[tuple[bytes, bytes]] = ()) -> None:
+        items = self.pending + list(extra)
+        while True:
+            try:
+                with self.env.begin(write=True) as txn, txn.cursor() as cursor:
+                    cursor.putmulti(items, append=True)
+                break
+            except lmdb.MapFullError:
+                # Grow geometrically; the file on disk only holds the pages actually written.
+                self.map_size *= 2
+                self.env.set_mapsize(self.map_size)
+        self.pending = []
+        self.pending_bytes = 0
+
+    def close(self) -> list[Shard]:
+        labels = np.asarray(self.labels, dtype="<i4").tobytes()
+        try:
+            self._commit(extra=[(LABELS_KEY, labels)])
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            raise ImgpackError(f"{self.path}: cannot write the LMDB environment ({exc})") from None
+        finally:
+            self.env.close()
+        data = self.path / "data.mdb"
+        return [Shard(self.path.name, 0, len(self.labels), data.stat().st_size, file_sha256(data))]
+
+    def abort(self) -> None:
+        self.env.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class LmdbWriter(FormatWriter):
+    name = "lmdb"
+
+    def open_part(self, part: int) -> LmdbPartWriter:
+        return LmdbPartWriter(self.out / shard_name(part))
+
+    def part_files(self, part: int) -> list[Path]:
+        return [self.out / shard_name(part)]

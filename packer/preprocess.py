@@ -1,0 +1,257 @@
+"""The offline transform applied once per image: decode, orient, convert, resize, crop, encode.
+
+``PreprocessSpec`` describes it completely and is stored in the manifest, so a dataset records
+exactly how it was made. ``preprocess_file`` turns one source file into a ``PackedSample`` or
+raises ``SkipSample`` with a reason a person can act on.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+try:
+    import simplejpeg
+except ImportError:  # pragma: no cover
+    simplejpeg = None
+
+ENCODINGS = ("jpeg", "png", "raw", "bmp", "original")
+RESIZE_MODES = ("shorter", "longer", "exact")
+RESAMPLE = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+}
+# Pillow's own default limit; images above it are refused as possible decompression bombs.
+DEFAULT_MAX_PIXELS = 89_478_485
+ORIENTATION_SWAPS_AXES = {5, 6, 7, 8}
+
+
+class SkipSample(Exception):
+    """This source file cannot be packed; the message is the reason recorded in ``skipped``."""
+
+
+@dataclass(frozen=True)
+class PreprocessSpec:
+    resize: int | None = None
+    resize_mode: str = "shorter"
+    crop: int | None = None
+    encode: str = "jpeg"
+    quality: int = 90
+    mode: str = "RGB"
+    upscale: bool = False
+    resample: str = "bilinear"
+    max_pixels: int = DEFAULT_MAX_PIXELS
+
+    def __post_init__(self) -> None:
+        if self.encode not in ENCODINGS:
+            raise ValueError(f"encode={self.encode!r}; use one of {', '.join(ENCODINGS)}")
+        if self.resize_mode not in RESIZE_MODES:
+            raise ValueError(f"resize_mode={self.resize_mode!r}; use one of {', '.join(RESIZE_MODES)}")
+        if self.mode not in ("RGB", "L"):
+            raise ValueError(f"mode={self.mode!r}; use RGB or L")
+        if self.resample not in RESAMPLE:
+            raise ValueError(f"resample={self.resample!r}; use one of {', '.join(RESAMPLE)}")
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality={self.quality} must be between 1 and 100")
+        for name in ("resize", "crop"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}={value} must be a positive number of pixels")
+        if self.encode == "original" and (self.resize or self.crop or self.mode != "RGB"):
+            raise ValueError("encode=original stores the source bytes unchanged; drop --resize/--crop/--mode")
+
+    @property
+    def fixed_size(self) -> tuple[int, int] | None:
+        """(height, width) every output image has, if the spec guarantees one."""
+        if self.crop:
+            return self.crop, self.crop
+        if self.resize and self.resize_mode == "exact":
+            return self.resize, self.resize
+        return None
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.mode == "L" else 3
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PreprocessSpec:
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class PackedSample:
+    source_index: int
+    rel: str
+    label: int
+    data: bytes
+    height: int
+    width: int
+    channels: int
+    encoding: str
+    original_size: tuple[int, int]  # (width, height) of the source after EXIF orientation
+
+
+def target_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
+    """(width, height) after the resize step (before the crop)."""
+    if spec.resize:
+        n = spec.resize
+        if spec.resize_mode == "exact":
+            size = (n, n)
+        else:
+            ref = min(width, height) if spec.resize_mode == "shorter" else max(width, height)
+            scale = n / ref
+            size = (max(1, round(width * scale)), max(1, round(height * scale)))
+        if not spec.upscale and size[0] * size[1] > width * height and spec.resize_mode != "exact":
+            size = (width, height)
+        width, height = size
+    if spec.crop and (width < spec.crop or height < spec.crop):
+        # A crop demands a fixed size: scale a small image up just enough to cover it.
+        scale = spec.crop / min(width, height)
+        width, height = max(spec.crop, round(width * scale)), max(spec.crop, round(height * scale))
+    return width, height
+
+
+def _to_8bit_mode(img: Image.Image, mode: str) -> Image.Image:
+    """Convert any Pillow mode to 8-bit RGB or L, scaling 16-bit data and flattening alpha on white."""
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
+        array = np.asarray(img)
+        # 16-bit PNG/TIFF data uses 0..65535 ("I" is how Pillow holds some of them).
+        array = np.clip(array.astype(np.int64) >> 8 if array.max(initial=0) > 255 else array, 0, 255)
+        img = Image.fromarray(array.astype(np.uint8), "L")
+    elif img.mode == "F":
+        img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), "L")
+    if img.mode == "P":
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+    if img.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        img = Image.alpha_composite(background, rgba)
+    return img if img.mode == mode else img.convert(mode)
+
+
+def _centre_crop(img: Image.Image, size: int) -> Image.Image:
+    left = (img.width - size) // 2
+    top = (img.height - size) // 2
+    return img.crop((left, top, left + size, top + size))
+
+
+def _encode(img: Image.Image, spec: PreprocessSpec) -> bytes:
+    if spec.encode == "raw":
+        return img.tobytes()
+    if spec.encode == "jpeg":
+        if simplejpeg is not None:
+            array = np.asarray(img)
+            if img.mode == "L":
+                array = array[:, :, None]
+            return simplejpeg.encode_jpeg(
+                np.ascontiguousarray(array),
+                quality=spec.quality,
+                colorspace="GRAY" if img.mode == "L" else "RGB",
+                colorsubsampling="420",
+            )
+        buffer = io.BytesIO()
+        img.save(buffer, format="JPEG", quality=spec.quality)
+        return buffer.getvalue()
+    buffer = io.BytesIO()
+    if spec.encode == "png":
+        img.save(buffer, format="PNG", compress_level=3)
+    else:
+        from readers.bmpcodec import encode_bmp
+
+        return encode_bmp(np.asarray(img))
+    return buffer.getvalue()
+
+
+def _open_checked(path: str, spec: PreprocessSpec) -> tuple[Image.Image, bytes]:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except PermissionError:
+        raise SkipSample("permission denied; make the file readable") from None
+    except OSError as exc:
+        raise SkipSample(f"cannot read the file ({exc.strerror})") from None
+    if not raw:
+        raise SkipSample("empty file (0 bytes)")
+    Image.MAX_IMAGE_PIXELS = spec.max_pixels
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(raw))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise SkipSample(
+            f"image is larger than the decompression-bomb limit of {spec.max_pixels} pixels; "
+            "raise it with --max-pixels if the file is trusted"
+        ) from None
+    except UnidentifiedImageError:
+        raise SkipSample("not an image Pillow can identify (wrong extension or corrupt header)") from None
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a skip, never a crash
+        raise SkipSample(f"cannot open image: {exc}") from None
+    return img, raw
+
+
+def preprocess_image(
+    img: Image.Image, raw: bytes, spec: PreprocessSpec
+) -> tuple[Image.Image | None, tuple[int, int]]:
+    """Apply orientation, mode, resize and crop; ``None`` image for encode=original."""
+    orientation = img.getexif().get(0x0112, 1) if hasattr(img, "getexif") else 1
+    width, height = img.size
+    if orientation in ORIENTATION_SWAPS_AXES:
+        width, height = height, width
+    original_size = (width, height)
+    if spec.encode == "original":
+        img.load()  # decode fully: a truncated or corrupt file is skipped, not packed
+        return None, original_size
+    out_w, out_h = target_size(width, height, spec)
+    if img.format == "JPEG" and (out_w * 2 <= width or out_h * 2 <= height):
+        # DCT-domain downscaling: libjpeg decodes at 1/2, 1/4 or 1/8 scale, never below target.
+        draft = (out_h, out_w) if orientation in ORIENTATION_SWAPS_AXES else (out_w, out_h)
+        img.draft(img.mode if img.mode in ("RGB", "L") else None, draft)
+    img.load()
+    img = ImageOps.exif_transpose(img) if orientation != 1 else img
+    img = _to_8bit_mode(img, spec.mode)
+    if img.size != (out_w, out_h):
+        img = img.resize((out_w, out_h), RESAMPLE[spec.resample])
+    if spec.crop:
+        img = _centre_crop(img, spec.crop)
+    return img, original_size
+
+
+def preprocess_file(path: str, rel: str, label: int, source_index: int, spec: PreprocessSpec) -> PackedSample:
+    img, raw = _open_checked(path, spec)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. Pillow's "palette images with transparency" notes
+            out, original_size = preprocess_image(img, raw, spec)
+            if out is None:
+                return PackedSample(
+                    source_index,
+                    rel,
+                    label,
+                    raw,
+                    original_size[1],
+                    original_size[0],
+                    3,
+                    "original",
+                    original_size,
+                )
+            data = _encode(out, spec)
+    except SkipSample:
+        raise
+    except Exception as exc:  # noqa: BLE001 - truncated data, broken chunks, decoder errors
+        raise SkipSample(f"cannot decode image: {exc}") from None
+    finally:
+        img.close()
+    return PackedSample(
+        source_index, rel, label, data, out.height, out.width, spec.channels, spec.encode, original_size
+    )

@@ -1,0 +1,146 @@
+"""Map-style access: ``open_dataset`` and a sampler with the iterable path's ordering guarantees."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset, Sampler
+
+from readers.decode import OUTPUT_KINDS, decode_record
+from readers.formats import FormatReader, open_reader
+from readers.order import OrderSpec, resolve_rank
+from readers.record import Record
+
+
+class RamCache:
+    """Every record's bytes in one NumPy buffer plus offsets.
+
+    Built once in the parent; forked DataLoader workers share its pages copy-on-write (NumPy
+    arrays are not touched by reference counting per element, so the pages stay shared).
+    """
+
+    def __init__(self, reader: FormatReader, block: int = 1024):
+        n = len(reader)
+        self.meta = np.zeros((n, 4), dtype=np.int64)  # label, height, width, channels
+        self.offsets = np.zeros(n + 1, dtype=np.int64)
+        self.encodings: list[str] = []
+        chunks = []
+        for start in range(0, n, block):
+            for i, record in enumerate(reader.read_block(start, min(n, start + block)), start):
+                chunks.append(bytes(record.data))
+                self.meta[i] = (record.label, record.height, record.width, record.channels)
+                self.offsets[i + 1] = self.offsets[i] + len(record.data)
+                if not self.encodings or self.encodings[-1] != record.encoding:
+                    self.encodings.append(record.encoding)
+        self.encoding = self.encodings[0] if len(set(self.encodings)) == 1 else "original"
+        self.data = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+
+    def read(self, index: int) -> Record:
+        label, height, width, channels = self.meta[index].tolist()
+        data = memoryview(self.data)[self.offsets[index] : self.offsets[index + 1]]
+        return Record(data, label, height, width, channels, self.encoding)
+
+
+class PackedDataset(Dataset):
+    """A packed dataset as ``(image, label)`` pairs, like torchvision's ImageFolder."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        decode: str = "pil",
+        transform: Callable | None = None,
+        target_transform: Callable | None = None,
+        cache: str | None = None,
+        verify: bool = False,
+    ):
+        if decode not in OUTPUT_KINDS:
+            raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
+        if cache not in (None, "ram"):
+            raise ValueError(f"cache={cache!r}; use None or 'ram'")
+        self.path = path
+        self.reader = open_reader(path, verify=verify)
+        self.decode = decode
+        self.transform = transform
+        self.target_transform = target_transform
+        self.classes: list[str] = list(self.reader.manifest.classes)
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+        self.cache = RamCache(self.reader) if cache == "ram" else None
+
+    @property
+    def manifest(self):
+        return self.reader.manifest
+
+    @property
+    def targets(self) -> list[int]:
+        return self.reader.labels().tolist()
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def record(self, index: int) -> Record:
+        index = self.reader.check_index(index)
+        return self.cache.read(index) if self.cache is not None else self.reader.read(index)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        record = self.record(index)
+        image = decode_record(record, self.decode)
+        label: Any = record.label
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            label = self.target_transform(label)
+        return image, label
+
+    def __repr__(self) -> str:
+        return f"PackedDataset({str(self.path)!r}, format={self.manifest.format}, samples={len(self)})"
+
+
+class DeterministicSampler(Sampler[int]):
+    """Indices for a map-style dataset in the same order the iterable path uses.
+
+    The order depends only on (seed, epoch, len); each rank gets an equal share (wrapped
+    padding, or dropped with ``drop_last``), and the global order is the same for any world size.
+    """
+
+    def __init__(
+        self,
+        data_source_or_len: Any,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        drop_last: bool = False,
+        block_size: int = 1,
+        buffer_size: int = 0,
+    ):
+        n = data_source_or_len if isinstance(data_source_or_len, int) else len(data_source_or_len)
+        rank, world_size = resolve_rank(rank, world_size)
+        self.spec = OrderSpec(n, shuffle, seed, block_size, buffer_size, rank, world_size, drop_last)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.spec.samples_per_rank
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.spec.epoch_order(self.epoch).tolist())
+
+
+def open_dataset(
+    path: str | os.PathLike,
+    decode: str = "pil",
+    transform: Callable | None = None,
+    target_transform: Callable | None = None,
+    cache: str | None = None,
+    verify: bool = False,
+) -> PackedDataset:
+    """A map-style ``Dataset`` over the packed dataset at ``path``, format read from its manifest."""
+    return PackedDataset(path, decode, transform, target_transform, cache, verify)
+
+
+__all__ = ["DeterministicSampler", "PackedDataset", "open_dataset"]

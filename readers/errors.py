@@ -1,0 +1,17 @@
+"""Exceptions shared by the packer and the readers.
+
+Every user-facing error is an ``ImgpackError`` whose message names the file and the fix; the CLI
+prints it as one line and exits non-zero.
+"""
+
+
+class ImgpackError(Exception):
+    """A user-facing error: bad input, a missing or invalid dataset, a misconfiguration."""
+
+
+class ManifestError(ImgpackError):
+    """A directory is not a complete, readable imgpack dataset."""
+
+
+class ChecksumError(ImgpackError):
+    """Stored bytes do not match the checksum recorded at packing time."""

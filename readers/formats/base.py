@@ -1,0 +1,121 @@
+"""The reader interface every format implements: record i, block [a, b), labels.
+
+Readers open their files lazily in the process that reads (after a DataLoader fork or spawn),
+and drop open handles when pickled, so a reader can be handed to worker processes freely.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from readers.manifest import Manifest
+from readers.record import Record
+
+# Indices closer than this are read as one block and the unused records in between dropped:
+# one sequential read beats several small ones.
+MERGE_GAP = 8
+
+
+class FormatReader:
+    name: ClassVar[str] = ""
+
+    def __init__(self, root: str | os.PathLike, manifest: Manifest, verify: bool = False):
+        self.root = root if isinstance(root, str) and "://" in root else Path(root)
+        self.manifest = manifest
+        self.verify = verify
+        self._handles: dict[Any, Any] = {}
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return self.manifest.num_samples
+
+    # -- to implement -------------------------------------------------------------------------
+    def read(self, index: int) -> Record:
+        raise NotImplementedError
+
+    def read_block(self, start: int, stop: int) -> list[Record]:
+        """Records start..stop-1 in one sequential read where the format allows it."""
+        return [self.read(i) for i in range(start, stop)]
+
+    def labels(self) -> np.ndarray:
+        """Every sample's label (int64), ideally without touching the image bytes."""
+        return np.fromiter((self.read(i).label for i in range(len(self))), dtype=np.int64, count=len(self))
+
+    def checksum_path(self, shard) -> Path:
+        """The file whose sha256 the manifest records for ``shard``."""
+        return self.root / shard.file
+
+    def _open(self, key: Any) -> Any:
+        """Open the handle called ``key`` (a shard position, say) in this process."""
+        raise NotImplementedError
+
+    def _close_handle(self, handle: Any) -> None:
+        close = getattr(handle, "close", None)
+        if close is not None:
+            close()
+
+    # -- shared machinery ---------------------------------------------------------------------
+    def handle(self, key: Any = 0) -> Any:
+        if self._pid != os.getpid():  # forked: never use the parent's handles
+            self._handles = {}
+            self._pid = os.getpid()
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = self._handles[key] = self._open(key)
+        return handle
+
+    def check_index(self, index: int) -> int:
+        index = int(index)
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"sample index {index} out of range for {n} samples in {self.root}")
+        return index
+
+    def read_many(self, indices: Sequence[int] | np.ndarray) -> list[Record]:
+        """Records for ``indices`` (in that order), read as a few sequential blocks."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size == 0:
+            return []
+        unique = np.unique(idx)
+        found: dict[int, Record] = {}
+        run_start = prev = int(unique[0])
+        for i in unique[1:].tolist() + [None]:
+            if i is not None and i - prev <= MERGE_GAP:
+                prev = i
+                continue
+            for offset, record in enumerate(self.read_block(run_start, prev + 1)):
+                found[run_start + offset] = record
+            if i is not None:
+                run_start = prev = i
+        wanted = set(unique.tolist())
+        for k in [k for k in found if k not in wanted]:
+            del found[k]
+        return [found[i] for i in idx.tolist()]
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for handle in self._handles.values():
+                self._close_handle(handle)
+        self._handles = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_handles"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pid = os.getpid()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
