@@ -1,0 +1,29 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed-stamp
+DEMO_OUT ?= demo_out
+
+.PHONY: venv demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	# torch first, alone: pip then takes the local CPU build instead of a multi-GB CUDA one.
+	$(PIP) install -q -c constraints.txt torch
+	$(PIP) install -q -c constraints.txt -e ".[all]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(PY) scripts/demo.py --out $(DEMO_OUT)
+
+test: venv
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: venv
+	$(VENV)/bin/ruff check packer readers scripts tests
+
+clean:
+	rm -rf $(DEMO_OUT) .pytest_cache

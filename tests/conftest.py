@@ -1,0 +1,59 @@
+"""Shared fixtures: the sample folder, packed copies of it per format, the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_DATA = REPO / "sample_data"
+sys.path.insert(0, str(REPO))  # tests import scripts/ and tests/badinput.py by path
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_cli(*args: str, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``pack ARGS`` as a real subprocess (``python -m packer.cli``, this checkout's code)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "packer.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"pack {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def sample_dir() -> Path:
+    return SAMPLE_DATA
+
+
+_PACKED: dict[tuple, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def packed(tmp_path_factory):
+    """packed(fmt, **spec) -> path of sample_data packed that way (cached for the session)."""
+    from packer.engine import pack_folder
+    from packer.preprocess import PreprocessSpec
+
+    def make(fmt: str = "lmdb", src: Path = SAMPLE_DATA, options: dict | None = None, **spec) -> Path:
+        key = (fmt, str(src), tuple(sorted((options or {}).items())), tuple(sorted(spec.items())))
+        if key not in _PACKED:
+            out = tmp_path_factory.mktemp(f"packed-{fmt}") / "ds"
+            pack_folder(src, out, fmt, PreprocessSpec(**spec), workers=2, options=options or {})
+            _PACKED[key] = out
+        return _PACKED[key]
+
+    return make
