@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult, writer_class
+from packer.formats.base import disk_hint
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
@@ -124,7 +125,7 @@ def write_part(
     except OSError as exc:
         part_writer.abort()
         raise ImgpackError(
-            f"{writer.out}: cannot write the output ({exc.strerror or exc}); check free space and permissions"
+            f"{writer.out}: cannot write the output ({exc.strerror or exc}); {disk_hint(writer.out)}"
         ) from None
     except BaseException:
         part_writer.abort()

@@ -8,6 +8,8 @@ raises ``SkipSample`` with a reason a person can act on.
 from __future__ import annotations
 
 import io
+import os
+import stat
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -175,6 +177,8 @@ def _encode(img: Image.Image, spec: PreprocessSpec) -> bytes:
 
 def _open_checked(path: str, spec: PreprocessSpec) -> tuple[Image.Image, bytes]:
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise SkipSample("not a regular file (a pipe, socket or device); remove it from the folder")
         with open(path, "rb") as fh:
             raw = fh.read()
     except PermissionError:

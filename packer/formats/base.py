@@ -10,6 +10,7 @@ each its place (``Shard.first``) in the dataset.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +31,24 @@ class PartResult:
     @property
     def count(self) -> int:
         return sum(s.count for s in self.shards)
+
+
+def disk_hint(path: Path) -> str:
+    """A short diagnosis of why writing below ``path`` may have failed (full or read-only disk)."""
+    import shutil
+
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return "check free space and permissions"
+    if free < (64 << 20):
+        return f"no space left on device ({free // 1024} KiB free); free some space or choose another -o"
+    if not os.access(probe, os.W_OK):
+        return "the location is not writable; choose another -o"
+    return "check free space and permissions"
 
 
 def file_sha256(path: Path, chunk: int = 1 << 22) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from packer.formats.base import FormatWriter, PartWriter, file_sha256
+from packer.formats.base import FormatWriter, PartWriter, disk_hint, file_sha256
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.formats.lmdb import LABELS_KEY, encode_key, shard_name
@@ -29,19 +29,27 @@ class LmdbPartWriter(PartWriter):
         if path.exists():
             shutil.rmtree(path)
         self.map_size = INITIAL_MAP_SIZE
-        self.env = lmdb.open(
-            str(path),
+        try:
+            self.env = self._open_env()
+        except lmdb.Error as exc:
+            raise ImgpackError(
+                f"{path}: cannot create the LMDB environment ({exc}); {disk_hint(path)}"
+            ) from None
+        self.pending: list[tuple[bytes, bytes]] = []
+        self.pending_bytes = 0
+        self.labels: list[int] = []
+
+    def _open_env(self) -> lmdb.Environment:
+        return lmdb.open(
+            str(self.path),
             map_size=self.map_size,
             subdir=True,
             lock=False,
             sync=False,
             metasync=False,
-            meminit=False,
+            meminit=True,
             max_dbs=0,
         )
-        self.pending: list[tuple[bytes, bytes]] = []
-        self.pending_bytes = 0
-        self.labels: list[int] = []
 
     def add(self, sample: PackedSample) -> None:
         key = encode_key(len(self.labels))
@@ -74,14 +82,19 @@ class LmdbPartWriter(PartWriter):
             self._commit(extra=[(LABELS_KEY, labels)])
             self.env.sync(True)
         except lmdb.Error as exc:
-            raise ImgpackError(f"{self.path}: cannot write the LMDB environment ({exc})") from None
+            raise ImgpackError(
+                f"{self.path}: cannot write the LMDB environment ({exc}); {disk_hint(self.path)}"
+            ) from None
         finally:
             self.env.close()
         data = self.path / "data.mdb"
         return [Shard(self.path.name, 0, len(self.labels), data.stat().st_size, file_sha256(data))]
 
     def abort(self) -> None:
-        self.env.close()
+        try:
+            self.env.close()
+        except lmdb.Error:
+            pass
         shutil.rmtree(self.path, ignore_errors=True)
 
 
