@@ -94,8 +94,9 @@ class PackedIterable(IterableDataset):
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Where this rank is in the epoch.
 
-        ``consumed`` is the number of samples the training loop has taken so far this epoch
-        (batches x batch size); with ``num_workers=0`` it is counted here and may be omitted.
+        ``consumed`` is the number of samples the training loop has taken from the loader since
+        this iteration started (batches x batch size); with ``num_workers=0`` it is counted here
+        and may be omitted. A resume point set by ``load_state_dict`` holds until ``set_epoch``.
         """
         done = self._start + (self._yielded if consumed is None else int(consumed))
         return {
@@ -120,6 +121,7 @@ class PackedIterable(IterableDataset):
         return self.target_transform(label) if self.target_transform is not None else label
 
     def __iter__(self) -> Iterator[Any]:
+        self._yielded = 0
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         positions = self.order.epoch_order(self.epoch)[self._start :]

@@ -44,7 +44,7 @@ def global_order(
     lengths = np.minimum(block_size, num_samples - starts)
     offsets = np.arange(num_samples, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     order = np.repeat(starts, lengths) + offsets
-    window = max(1, int(buffer_size) // block_size) * block_size
+    window = max(1, int(buffer_size) // block_size) * block_size if buffer_size > 0 else 0
     if window > 1:
         window_id = np.arange(num_samples, dtype=np.int64) // window
         order = order[np.lexsort((rng.random(num_samples), window_id))]
