@@ -293,4 +293,4 @@ def _register_optional_commands() -> None:
 _register_optional_commands()
 
 if __name__ == "__main__":  # pragma: no cover
-    main(prog_name=os.path.basename(sys.argv[0]))
+    main(prog_name="pack")

@@ -1,0 +1,131 @@
+"""Packing speed and memory: `pack imagefolder --to lmdb --resize 256` against a naive script.
+
+The naive baseline is what people write first: one process, Pillow decode + resize + JPEG
+encode, `pickle.dumps((jpeg_bytes, label))` into LMDB, a commit every 1,000 images.
+
+    python scripts/bench_pack.py --n 2000            # speed: naive vs imgpack 1 and 2 workers
+    python scripts/bench_pack.py --n 10000 --only imgpack2   # peak memory at 10k images
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import pickle  # the naive baseline only; imgpack itself never pickles
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from scripts.make_bench_data import make_bench_folder  # noqa: E402
+from scripts.proctree import run_measured  # noqa: E402
+
+
+def naive_pack(src: Path, out: Path, size: int = 256) -> int:
+    import lmdb
+    from PIL import Image
+
+    classes = sorted(p.name for p in src.iterdir() if p.is_dir())
+    env = lmdb.open(str(out), map_size=1 << 40)
+    txn = env.begin(write=True)
+    n = 0
+    for label, name in enumerate(classes):
+        for path in sorted((src / name).iterdir()):
+            img = Image.open(path).convert("RGB")
+            scale = size / min(img.size)
+            img = img.resize((round(img.width * scale), round(img.height * scale)))
+            buffer = io.BytesIO()
+            img.save(buffer, format="JPEG", quality=90)
+            txn.put(f"{n:08d}".encode(), pickle.dumps((buffer.getvalue(), label)))
+            n += 1
+            if n % 1000 == 0:
+                txn.commit()
+                txn = env.begin(write=True)
+    txn.commit()
+    env.close()
+    return n
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=2000, help="images in the generated folder")
+    parser.add_argument("--data", type=Path, default=None, help="folder to pack (default: generated)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/imgpack-bench/pack"))
+    parser.add_argument("--only", default="naive,imgpack1,imgpack2", help="comma list of runs")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--naive-run", nargs=2, metavar=("SRC", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.naive_run:
+        print(naive_pack(Path(args.naive_run[0]), Path(args.naive_run[1])))
+        return 0
+    src = args.data or make_bench_folder(Path(f"/tmp/imgpack-bench/n{args.n}"), args.n)
+    args.work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runs = {
+        "naive": lambda out: [sys.executable, __file__, "--naive-run", str(src), str(out)],
+        "imgpack1": lambda out: [
+            sys.executable,
+            "-m",
+            "packer.cli",
+            "imagefolder",
+            str(src),
+            "--to",
+            "lmdb",
+            "-o",
+            str(out),
+            "--resize",
+            "256",
+            "--workers",
+            "1",
+            "-q",
+        ],
+        "imgpack2": lambda out: [
+            sys.executable,
+            "-m",
+            "packer.cli",
+            "imagefolder",
+            str(src),
+            "--to",
+            "lmdb",
+            "-o",
+            str(out),
+            "--resize",
+            "256",
+            "--workers",
+            "2",
+            "-q",
+        ],
+    }
+    results = {}
+    for name in args.only.split(","):
+        out = args.work / name
+        shutil.rmtree(out, ignore_errors=True)
+        seconds, peak, _ = run_measured(runs[name](out), env=env)
+        images = sum(1 for _ in Path(src).rglob("*.jpg"))
+        results[name] = {"seconds": seconds, "images_per_s": images / seconds, "peak_rss_mb": peak / 1e6}
+        print(
+            f"{name:9s} {seconds:7.1f} s {images / seconds:8.0f} img/s  peak tree RSS {peak / 1e6:6.0f} MB",
+            flush=True,
+        )
+    if "naive" in results:
+        for name in results:
+            print(
+                f"{name:9s} speed-up vs naive: {results['naive']['seconds'] / results[name]['seconds']:.2f}x"
+            )
+    if "imgpack1" in results and "imgpack2" in results:
+        print(
+            f"imgpack 2 workers vs 1: {results['imgpack1']['seconds'] / results['imgpack2']['seconds']:.2f}x"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
