@@ -7,7 +7,7 @@
         loader.set_epoch(epoch)
         for images, labels in loader: ...
 
-Three paths, one output (``loader.path`` says which was taken; a one-line log notice too):
+Three paths, one output (``loader.backend`` says which was taken; a one-line log notice too):
 
 - ``dali-gpu``: DALI decodes with ``fn.decoders.image(device="mixed")`` (nvJPEG, and the
   hardware JPEG decoder where the GPU has one), resizes, crops and normalises on the GPU; the
@@ -100,10 +100,13 @@ def _notice(path: str, why: str, level: int = logging.INFO) -> None:
 
 
 def default_device_id() -> int:
-    """This process's GPU: LOCAL_RANK when a launcher set it, else torch's current device."""
+    """This process's GPU: LOCAL_RANK when a launcher set it, else torch's current device.
+
+    Does not create a CUDA context when torch has none yet (so DALI's python workers can fork).
+    """
     if "LOCAL_RANK" in os.environ:
         return int(os.environ["LOCAL_RANK"])
-    return torch.cuda.current_device()
+    return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
 
 
 # -- the loader ---------------------------------------------------------------------------------
@@ -113,7 +116,7 @@ class DaliLoader:
     def __init__(
         self,
         feed: BatchFeed,
-        path: str,
+        backend: str,
         *,
         mean: Sequence[float] | None,
         std: Sequence[float] | None,
@@ -126,7 +129,7 @@ class DaliLoader:
         seed: int,
     ):
         self.feed = feed
-        self.path = path
+        self.backend = backend  # dali-gpu, dali-cpu or dataloader
         self.mean, self.std = mean, std
         self.output_layout = output_layout
         self.num_threads = num_threads
@@ -152,7 +155,7 @@ class DaliLoader:
         return list(self.feed.reader.manifest.classes)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if self.path == "dataloader":
+        if self.backend == "dataloader":
             return self._iter_fallback()
         return self._iter_dali()
 
@@ -176,7 +179,7 @@ class DaliLoader:
         from readers.dali_pipeline import build_pipeline
 
         self.feed.base_epoch = epoch
-        gpu = self.path == "dali-gpu"
+        gpu = self.backend == "dali-gpu"
         pipe = build_pipeline(
             self.feed,
             gpu=gpu,
@@ -196,13 +199,16 @@ class DaliLoader:
 
     # -- CPU DataLoader path ------------------------------------------------------------------
     def _iter_fallback(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        from readers.dali_fallback import FallbackBatches, fallback_loader
+        from readers.dali_fallback import FallbackBatches, fallback_loader, normalise
 
         if self._fallback is None:
-            dataset = FallbackBatches(self.feed, self.mean, self.std, self.output_layout)
+            dataset = FallbackBatches(self.feed, self.output_layout)
             self._fallback = fallback_loader(dataset, self.num_workers, pin_memory=gpu_available())
-        self._fallback.dataset.epoch = self.epoch
-        yield from self._fallback
+        self._fallback.dataset.set_epoch(self.epoch)
+        for images, labels in self._fallback:
+            if self.mean is not None:
+                images = normalise(images, self.mean, self.std, self.output_layout)
+            yield images, labels
 
 
 def dali_loader(

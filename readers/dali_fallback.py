@@ -32,11 +32,9 @@ def transform_batch(
     arrays: Sequence[np.ndarray],
     sizes: np.ndarray,
     feed: BatchFeed,
-    mean: torch.Tensor | None,
-    std: torch.Tensor | None,
     layout: str,
 ) -> torch.Tensor:
-    """Decoded HWC arrays -> one (B, C, H, W) or (B, H, W, C) tensor, uint8 or normalised float32."""
+    """Decoded HWC arrays -> one uint8 (B, C, H, W) or (B, H, W, C) tensor, resized and cropped."""
     out = []
     for array, (h, w) in zip(arrays, sizes.astype(int).tolist()):
         if not array.flags.writeable:
@@ -46,33 +44,40 @@ def transform_batch(
         top, left, ch, cw = crop_box(h, w, feed.crop)
         out.append(image[:, top : top + ch, left : left + cw])
     batch = torch.stack(out)
-    if mean is not None:
-        batch = (batch.float() - mean.view(1, -1, 1, 1)) / std.view(1, -1, 1, 1)
     if layout == "HWC":
         batch = batch.permute(0, 2, 3, 1)
     return batch.contiguous()
 
 
-class FallbackBatches(IterableDataset):
-    """One epoch of ``feed``'s batches as an IterableDataset (run with ``batch_size=None``)."""
+def normalise(batch: torch.Tensor, mean: Sequence[float], std: Sequence[float], layout: str) -> torch.Tensor:
+    """uint8 batch -> float32 ``(batch - mean) / std`` per channel (done after the workers: a
+    float batch is four times the bytes to pass between processes)."""
+    shape = (1, -1, 1, 1) if layout == "CHW" else (1, 1, 1, -1)
+    mean_t = torch.tensor(mean, dtype=torch.float32, device=batch.device).view(shape)
+    std_t = torch.tensor(std, dtype=torch.float32, device=batch.device).view(shape)
+    return batch.float().sub_(mean_t).div_(std_t)
 
-    def __init__(self, feed: BatchFeed, mean, std, layout: str):
+
+class FallbackBatches(IterableDataset):
+    """One epoch of ``feed``'s uint8 batches as an IterableDataset (run with ``batch_size=None``)."""
+
+    def __init__(self, feed: BatchFeed, layout: str):
         self.feed = feed
-        self.mean = None if mean is None else torch.tensor(mean, dtype=torch.float32)
-        self.std = None if std is None else torch.tensor(std, dtype=torch.float32)
         self.layout = layout
-        self.epoch = 0
+        # Shared with the worker processes, so persistent workers see set_epoch.
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch.fill_(int(epoch))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        bs = self.feed.batch_size
+        bs, epoch = self.feed.batch_size, int(self._epoch.item())
         for start, _ in worker_chunks(len(self.feed) * bs, bs, worker, workers, drop_last=False):
-            records = self.feed.records(self.epoch, start // bs)
+            records = self.feed.records(epoch, start // bs)
             sizes = self.feed.target_sizes(records)
-            images = transform_batch(
-                [decode_array(r) for r in records], sizes, self.feed, self.mean, self.std, self.layout
-            )
+            images = transform_batch([decode_array(r) for r in records], sizes, self.feed, self.layout)
             yield images, torch.tensor([r.label for r in records], dtype=torch.int64)
 
 
@@ -83,4 +88,5 @@ def fallback_loader(dataset: FallbackBatches, num_workers: int, pin_memory: bool
         num_workers=num_workers,
         pin_memory=pin_memory,
         prefetch_factor=2 if num_workers else None,
+        persistent_workers=num_workers > 0,
     )

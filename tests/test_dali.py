@@ -64,7 +64,7 @@ def test_dali_cpu_matches_dataloader(packed, fmt, spec):
     kwargs = dict(batch_size=8, seed=3, resize=47, crop=(38, 40), num_workers=2)  # odd crop offsets
     dali = dali_loader(path, device="cpu", **kwargs)
     fallback = dali_loader(path, device="dataloader", **kwargs)
-    assert dali.path == "dali-cpu" and fallback.path == "dataloader"
+    assert dali.backend == "dali-cpu" and fallback.backend == "dataloader"
     dali.set_epoch(2)
     fallback.set_epoch(2)
     a, b = batches(dali), batches(fallback)
@@ -190,7 +190,7 @@ try:
     raise SystemExit("device='cpu' must fail without DALI")
 except DaliUnavailableError as exc:
     print("ERROR", exc)
-print("PATH", loader.path, len(loader), sorted(shapes))
+print("PATH", loader.backend, len(loader), sorted(shapes))
 """
 
 
@@ -232,7 +232,7 @@ def test_gpu_mixed_decode_matches_cpu(packed):
     path = packed("lmdb", **DEFAULT_SPECS[0])
     kwargs = dict(batch_size=8, resize=48, crop=40, mean=MEAN, std=STD)
     gpu = dali_loader(path, device="gpu", **kwargs)
-    assert gpu.path == "dali-gpu"
+    assert gpu.backend == "dali-gpu"
     out = [(x.clone(), y.clone()) for x, y in gpu]
     assert out[0][0].is_cuda and out[0][1].is_cuda
     cpu = batches(dali_loader(path, device="cpu", **kwargs))
