@@ -27,6 +27,7 @@ _EXPORTS = {
     "ManifestError": "readers.errors",
     "ChecksumError": "readers.errors",
     "open_reader": "readers.formats",
+    "dali_loader": "readers.dali",
 }
 
 __all__ = sorted(_EXPORTS)

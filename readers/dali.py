@@ -1,0 +1,283 @@
+"""Batches decoded by NVIDIA DALI (on the GPU when there is one), with a CPU fallback behind one call.
+
+    from readers.dali import dali_loader
+    loader = dali_loader("train.lmdb", 256, resize=256, crop=224,
+                         mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375])
+    for epoch in range(90):
+        loader.set_epoch(epoch)
+        for images, labels in loader: ...
+
+Three paths, one output (``loader.backend`` says which was taken; a one-line log notice too):
+
+- ``dali-gpu``: DALI decodes with ``fn.decoders.image(device="mixed")`` (nvJPEG, and the
+  hardware JPEG decoder where the GPU has one), resizes, crops and normalises on the GPU; the
+  tensors are on the GPU.
+- ``dali-cpu``: the same pipeline with ``device="cpu"`` (DALI installed, no GPU).
+- ``dataloader``: no DALI. A ``torch.utils.data.DataLoader`` whose workers decode with the
+  readers' CPU decoders and apply the same resize/crop/normalise in torch (CPU tensors).
+
+Every path reads the same batches (``readers.dali_feed.BatchFeed``: ``readers.order`` for the
+order, the rank split and the epochs; the format reader's ``read_many`` for the bytes), so
+labels and order are identical and pixels agree within decoder tolerance.
+
+Geometry: ``resize=N`` scales the shorter side to N (sizes rounded half up), ``resize=(H, W)``
+is exact; ``crop`` is a centre crop (N or (H, W)). ``mean``/``std`` are in pixel units (0-255,
+one value per channel) and make the output float32; without them it is uint8.
+``output_layout`` is ``CHW`` or ``HWC``.
+
+Last batch (``last_batch``): ``pad`` (default) fills it by wrapping around this rank's order so
+every batch has ``batch_size`` images; ``drop`` leaves it out (and ranks split the dataset
+without wrapping); ``partial`` yields it short. Ranks always get the same number of batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from readers.dali_feed import PIXEL_ENCODINGS, BatchFeed, as_size
+from readers.errors import ImgpackError
+from readers.formats import open_reader
+from readers.order import OrderSpec, resolve_rank
+
+logger = logging.getLogger("imgpack.dali")
+DEVICES = ("auto", "gpu", "cpu", "dataloader")
+INSTALL_HINT = 'pip install "imgpack[dali]"'
+_NOTICED: set[str] = set()
+
+
+class DaliUnavailableError(ImgpackError):
+    """The requested DALI path cannot run here (DALI not installed, or no GPU)."""
+
+
+# -- choosing a path ----------------------------------------------------------------------------
+def dali_available() -> bool:
+    """True when ``nvidia.dali`` imports (a hidden or broken install counts as absent)."""
+    try:
+        import nvidia.dali  # noqa: F401
+    except Exception:  # ImportError, or a DALI build that cannot load its libraries
+        return False
+    return True
+
+
+def gpu_available() -> bool:
+    """A CUDA GPU torch can use (cheap: no CUDA context is created)."""
+    return torch.cuda.is_available()
+
+
+def select_path(device: str = "auto") -> str:
+    """``dali-gpu``, ``dali-cpu`` or ``dataloader`` for the ``device`` asked for."""
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r}; use one of {', '.join(DEVICES)}")
+    if device == "dataloader":
+        return "dataloader"
+    has_dali = dali_available()
+    if device == "auto":
+        if not has_dali:
+            return "dataloader"
+        return "dali-gpu" if gpu_available() else "dali-cpu"
+    if not has_dali:
+        raise DaliUnavailableError(
+            f"device={device!r} needs NVIDIA DALI, which is not installed; {INSTALL_HINT}, "
+            "or pass device='auto' (or 'dataloader') to use the CPU DataLoader path"
+        )
+    if device == "gpu" and not gpu_available():
+        raise DaliUnavailableError(
+            "device='gpu' but torch sees no CUDA GPU here; pass device='cpu' for DALI on the CPU "
+            "or device='auto' to choose by what is available"
+        )
+    return "dali-gpu" if device == "gpu" else "dali-cpu"
+
+
+def _notice(path: str, why: str, level: int = logging.INFO) -> None:
+    if path not in _NOTICED:
+        _NOTICED.add(path)
+        logger.log(level, "imgpack.dali: using the %s path (%s)", path, why)
+
+
+def default_device_id() -> int:
+    """This process's GPU: LOCAL_RANK when a launcher set it, else torch's current device.
+
+    Does not create a CUDA context when torch has none yet (so DALI's python workers can fork).
+    """
+    if "LOCAL_RANK" in os.environ:
+        return int(os.environ["LOCAL_RANK"])
+    return torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+
+
+# -- the loader ---------------------------------------------------------------------------------
+class DaliLoader:
+    """Iterates ``(images, labels)`` batches of one rank; see the module docstring."""
+
+    def __init__(
+        self,
+        feed: BatchFeed,
+        backend: str,
+        *,
+        mean: Sequence[float] | None,
+        std: Sequence[float] | None,
+        output_layout: str,
+        num_threads: int,
+        num_workers: int,
+        py_workers: int,
+        device_id: int | None,
+        prefetch: int,
+        seed: int,
+    ):
+        self.feed = feed
+        self.backend = backend  # dali-gpu, dali-cpu or dataloader
+        self.mean, self.std = mean, std
+        self.output_layout = output_layout
+        self.num_threads = num_threads
+        self.num_workers = num_workers
+        self.py_workers = py_workers
+        self.device_id = device_id
+        self.prefetch = prefetch
+        self.seed = seed
+        self.epoch = 0
+        self._iterator: Any = None  # DALI iterator, rebuilt when the epoch sequence breaks
+        self._next_epoch = 0  # the epoch the DALI pipeline will produce next
+        self._fallback: Any = None
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+        return len(self.feed)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.feed.reader.manifest.classes)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self.backend == "dataloader":
+            return self._iter_fallback()
+        return self._iter_dali()
+
+    # -- DALI paths ---------------------------------------------------------------------------
+    def _iter_dali(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if self._iterator is None or self._next_epoch != self.epoch:
+            self._build(self.epoch)
+        done = False
+        try:
+            for out in self._iterator:
+                yield out[0]["images"], out[0]["labels"]
+            done = True
+            self._next_epoch = self.epoch + 1
+        finally:
+            if not done:  # abandoned mid-epoch: the pipeline cannot rewind, start afresh next time
+                self._iterator = None
+
+    def _build(self, epoch: int) -> None:
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        from readers.dali_pipeline import build_pipeline
+
+        self.feed.base_epoch = epoch
+        gpu = self.backend == "dali-gpu"
+        pipe = build_pipeline(
+            self.feed,
+            gpu=gpu,
+            num_threads=self.num_threads,
+            device_id=self.device_id if gpu else None,
+            py_workers=self.py_workers,
+            prefetch=self.prefetch,
+            seed=self.seed,
+            mean=self.mean,
+            std=self.std,
+            output_layout=self.output_layout,
+        )
+        self._iterator = DALIGenericIterator(
+            pipe, ["images", "labels"], auto_reset=True, prepare_first_batch=False
+        )
+        self._next_epoch = epoch
+
+    # -- CPU DataLoader path ------------------------------------------------------------------
+    def _iter_fallback(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        from readers.dali_fallback import FallbackBatches, fallback_loader, normalise
+
+        if self._fallback is None:
+            dataset = FallbackBatches(self.feed, self.output_layout)
+            self._fallback = fallback_loader(dataset, self.num_workers, pin_memory=gpu_available())
+        self._fallback.dataset.set_epoch(self.epoch)
+        for images, labels in self._fallback:
+            if self.mean is not None:
+                images = normalise(images, self.mean, self.std, self.output_layout)
+            yield images, labels
+
+
+def dali_loader(
+    path: str | os.PathLike,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    resize: int | Sequence[int] | None = None,
+    crop: int | Sequence[int] | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    output_layout: str = "CHW",
+    device: str = "auto",
+    rank: int | None = None,
+    world_size: int | None = None,
+    last_batch: str = "pad",
+    num_threads: int | None = None,
+    num_workers: int | None = None,
+    py_workers: int = 0,
+    device_id: int | None = None,
+    block_size: int = 64,
+    buffer_size: int = 4096,
+    prefetch: int = 2,
+) -> DaliLoader:
+    """A loader of ``(images, labels)`` batches for the packed dataset at ``path``.
+
+    ``device``: ``auto`` (DALI on the GPU if there is one, DALI on the CPU if not, the CPU
+    DataLoader without DALI), or ``gpu`` / ``cpu`` (DALI, an error if it cannot run) or
+    ``dataloader``. ``num_threads``: DALI's CPU threads. ``num_workers``: DataLoader workers of
+    the fallback. ``py_workers``: processes running DALI's parallel external_source (0 reads in
+    the calling process, which is enough for local LMDB/HDF5; raise it for slow storage).
+    ``block_size``/``buffer_size`` shape the shuffle exactly as in ``open_iterable``.
+    """
+    if output_layout not in ("CHW", "HWC"):
+        raise ValueError(f"output_layout={output_layout!r}; use 'CHW' or 'HWC'")
+    if (mean is None) != (std is None):
+        raise ValueError("pass mean and std together (pixel units, one value per channel)")
+    chosen = select_path(device)
+    if chosen == "dataloader" and device == "auto":
+        _notice(chosen, f"NVIDIA DALI is not installed; {INSTALL_HINT} for GPU decoding", logging.WARNING)
+    else:
+        _notice(chosen, f"device={device!r}")
+    reader = open_reader(path)
+    rank, world_size = resolve_rank(rank, world_size)
+    order = OrderSpec(
+        len(reader), shuffle, seed, block_size, buffer_size, rank, world_size, last_batch == "drop"
+    )
+    feed = BatchFeed(path, order, batch_size, last_batch, as_size(resize, "resize"), as_size(crop, "crop"))
+    channels = feed.channels
+    for name, values in (("mean", mean), ("std", std)):
+        if values is not None and len(values) != channels:
+            raise ValueError(f"{name} needs {channels} value(s), one per channel, got {len(values)}")
+    cpus = os.cpu_count() or 1
+    if chosen == "dali-gpu" and device_id is None:
+        device_id = default_device_id()
+    return DaliLoader(
+        feed,
+        chosen,
+        mean=mean,
+        std=std,
+        output_layout=output_layout,
+        num_threads=num_threads or min(4, cpus),
+        num_workers=min(4, cpus) if num_workers is None else num_workers,
+        py_workers=py_workers,
+        device_id=device_id,
+        prefetch=prefetch,
+        seed=seed,
+    )
+
+
+__all__ = ["DaliLoader", "DaliUnavailableError", "PIXEL_ENCODINGS", "dali_loader", "select_path"]

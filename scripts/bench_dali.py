@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Images/s of each ``readers.dali`` path on this machine: DALI mixed (GPU), DALI CPU, DataLoader CPU.
+
+Input: 2,000 ImageNet-like JPEGs packed into LMDB with ``--resize 256`` (shorter side 256,
+quality 90); output: 224x224 centre crops, uint8 (``--normalize`` for float32 mean/std output).
+Paths that cannot run here (no GPU, no DALI) are listed as skipped. Runs unchanged on a GPU
+machine. Each path runs one warm-up pass, then whole epochs for at least ``--seconds``.
+
+    python scripts/bench_dali.py                  # table
+    python scripts/bench_dali.py --json           # machine-readable
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from readers.dali import DaliUnavailableError, dali_loader, select_path  # noqa: E402
+
+BENCH = Path("/tmp/imgpack-bench")
+MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
+PATHS = {"dali-gpu": "gpu", "dali-cpu": "cpu", "dataloader": "dataloader"}
+
+
+def prepare(n: int, quiet: bool) -> Path:
+    """The packed LMDB input (made once: source folder via make_bench_data.py, then pack)."""
+    src = BENCH / f"n{n}"
+    out = BENCH / "dali" / f"n{n}-r256.lmdb"
+    if (out / "manifest.json").exists():
+        return out
+    run = dict(check=True, cwd=REPO, stdout=subprocess.DEVNULL if quiet else None)
+    subprocess.run([sys.executable, "scripts/make_bench_data.py", "--n", str(n), "--out", str(src)], **run)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-m", "packer.cli", "imagefolder", str(src), "-o", str(out)]
+        + ["--to", "lmdb", "--resize", "256", "--workers", str(os.cpu_count() or 1), "--quiet"],
+        **run,
+    )
+    return out
+
+
+def measure(path: Path, name: str, args: argparse.Namespace) -> dict:
+    import torch
+
+    batch = args.batch_size or (256 if name == "dali-gpu" else 64)
+    threads = args.threads or os.cpu_count() or 1
+    norm = {"mean": MEAN, "std": STD} if args.normalize else {}
+    loader = dali_loader(
+        path,
+        batch,
+        device=PATHS[name],
+        crop=224,
+        num_threads=threads,
+        num_workers=threads,
+        py_workers=args.py_workers,
+        last_batch="partial",
+        **norm,
+    )
+    sync = torch.cuda.synchronize if name == "dali-gpu" else (lambda: None)
+
+    def epoch(e: int) -> int:
+        loader.set_epoch(e)
+        count = 0
+        for images, _ in loader:
+            count += len(images)
+        sync()
+        return count
+
+    t0 = time.perf_counter()
+    epoch(0)  # warm-up: pipeline build, worker start, page cache
+    first = time.perf_counter() - t0
+    images, epochs, start = 0, 0, time.perf_counter()
+    while epochs == 0 or time.perf_counter() - start < args.seconds:
+        epochs += 1
+        images += epoch(epochs)
+    seconds = time.perf_counter() - start
+    return {
+        "path": name,
+        "images_per_s": round(images / seconds, 1),
+        "images": images,
+        "epochs": epochs,
+        "seconds": round(seconds, 2),
+        "batch_size": batch,
+        "threads": threads,
+        "py_workers": args.py_workers,
+        "warmup_s": round(first, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000, help="images in the benchmark set (default 2000)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: 256 on the GPU, else 64")
+    parser.add_argument("--threads", type=int, default=None, help="DALI threads / DataLoader workers")
+    parser.add_argument("--py-workers", type=int, default=0, help="DALI parallel external_source workers")
+    parser.add_argument("--seconds", type=float, default=5.0, help="minimum timed seconds per path")
+    parser.add_argument("--normalize", action="store_true", help="float32 mean/std output")
+    parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of paths")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+
+    data = prepare(args.n, quiet=args.json)
+    rows = []
+    for name in args.paths.split(","):
+        try:
+            select_path(PATHS[name])
+        except DaliUnavailableError as exc:
+            rows.append({"path": name, "skipped": str(exc)})
+            continue
+        rows.append(measure(data, name, args))
+    base = next((r["images_per_s"] for r in rows if r["path"] == "dataloader" and "images_per_s" in r), None)
+    for r in rows:
+        if base and "images_per_s" in r:
+            r["vs_dataloader"] = round(r["images_per_s"] / base, 2)
+    if args.json:
+        print(json.dumps({"data": str(data), "cpus": os.cpu_count(), "results": rows}, indent=2))
+        return 0
+    print(f"{data}: 256 px JPEG in, 224x224 crop out; {os.cpu_count()} CPUs")
+    print(f"{'path':<12}{'images/s':>10}{'x dataloader':>14}{'batch':>7}{'threads':>9}{'warm-up s':>11}")
+    for r in rows:
+        if "skipped" in r:
+            print(f"{r['path']:<12}{'skipped: ' + r['skipped'][:70]:>10}")
+        else:
+            ratio = r.get("vs_dataloader", "")
+            print(
+                f"{r['path']:<12}{r['images_per_s']:>10.0f}{ratio:>14}{r['batch_size']:>7}"
+                f"{r['threads']:>9}{r['warmup_s']:>11}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
