@@ -234,3 +234,39 @@ def test_pack_verify_passes_on_a_good_dataset(packed):
 def test_compression_is_refused(tmp_path):
     proc = run_cli("imagefolder", SAMPLE_DATA, "--to", "tar", "-o", tmp_path / "x", "--compression", "gzip")
     assert proc.returncode != 0 and "drop --compression" in proc.stderr
+
+
+def test_interrupted_pack_resumes_to_the_same_bytes(tmp_path, monkeypatch):
+    from packer.formats import tar as tar_writer
+
+    spec, options = PreprocessSpec(resize=48), {"samples_per_shard": 10, "shard_size": 15_000}
+    clean = tmp_path / "clean"
+    pack_folder(SAMPLE_DATA, clean, "tar", spec, workers=1, options=options)
+    out = tmp_path / "out"
+    real_add = tar_writer.TarPartWriter.add
+    calls = []
+
+    def failing_add(self, sample):
+        calls.append(sample.source_index)
+        if len(calls) == 25:  # in the middle of the third part, after it rolled over once
+            raise KeyboardInterrupt
+        real_add(self, sample)
+
+    monkeypatch.setattr(tar_writer.TarPartWriter, "add", failing_add)
+    with pytest.raises(KeyboardInterrupt):
+        pack_folder(SAMPLE_DATA, out, "tar", spec, workers=1, options=options)
+    assert not (out / "manifest.json").exists() and list(out.glob("part-000001-*.tar"))
+    assert not list(out.glob("part-000002-*"))  # the aborted part left nothing
+    monkeypatch.setattr(tar_writer.TarPartWriter, "add", real_add)
+    pack_folder(SAMPLE_DATA, out, "tar", spec, workers=1, options=options, resume=True)
+    assert digest_tree(out) == digest_tree(clean)
+    assert read_manifest(out).shards == read_manifest(clean).shards
+
+
+def test_shards_option_splits_evenly(tmp_path):
+    out = tmp_path / "ds"
+    proc = run_cli(
+        "imagefolder", SAMPLE_DATA, "--to", "tar", "-o", out, "--resize", "32", "--shards", "3", "-q"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert [s.count for s in read_manifest(out).shards] == [15, 15, 14]
