@@ -250,10 +250,13 @@ class TarReader(FormatReader):
                 with open(idx_where, encoding="ascii") as fh:
                     text = fh.read()
         except FileNotFoundError:
+            fix = (
+                "run `pack reindex` on a local copy and upload the .idx files"
+                if self.remote
+                else f"write it back with `pack reindex {self.root}`"
+            )
             warnings.warn(
-                f"{idx_where}: index missing; rebuilding it from the shard (slow). "
-                f"Write it back with `pack reindex {self.root}`",
-                stacklevel=4,
+                f"{idx_where}: index missing; rebuilding it from the shard (slow); {fix}", stacklevel=4
             )
             with open_tar() as fh:
                 text = format_index(scan_tar(fh))
