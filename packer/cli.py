@@ -276,6 +276,16 @@ def verify(dataset: str, no_decode: bool, as_json: bool) -> None:
         sys.exit(1)
 
 
+@main.command()
+@click.argument("dataset", type=click.Path(path_type=str))
+def reindex(dataset: str) -> None:
+    """Rebuild the .idx files of the tar DATASET from its shards."""
+    from packer.formats.tar import reindex as rebuild
+
+    written = rebuild(dataset)
+    click.echo(f"{dataset}: wrote {len(written)} index file(s)")
+
+
 def _register_optional_commands() -> None:
     """Commands that live in their own modules (bench) join the group when present."""
     import importlib

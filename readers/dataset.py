@@ -55,13 +55,14 @@ class PackedDataset(Dataset):
         target_transform: Callable | None = None,
         cache: str | None = None,
         verify: bool = False,
+        reader_options: dict[str, Any] | None = None,
     ):
         if decode not in OUTPUT_KINDS:
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
         if cache not in (None, "ram"):
             raise ValueError(f"cache={cache!r}; use None or 'ram'")
         self.path = path
-        self.reader = open_reader(path, verify=verify)
+        self.reader = open_reader(path, verify=verify, **(reader_options or {}))
         self.decode = decode
         self.transform = transform
         self.target_transform = target_transform
@@ -138,9 +139,14 @@ def open_dataset(
     target_transform: Callable | None = None,
     cache: str | None = None,
     verify: bool = False,
+    reader_options: dict[str, Any] | None = None,
 ) -> PackedDataset:
-    """A map-style ``Dataset`` over the packed dataset at ``path``, format read from its manifest."""
-    return PackedDataset(path, decode, transform, target_transform, cache, verify)
+    """A map-style ``Dataset`` over the packed dataset at ``path``, format read from its manifest.
+
+    ``path`` may be an fsspec URL (tar); ``reader_options`` go to the format's reader, e.g.
+    ``{"cache_dir": ..., "storage_options": {...}}``.
+    """
+    return PackedDataset(path, decode, transform, target_transform, cache, verify, reader_options)
 
 
 __all__ = ["DeterministicSampler", "PackedDataset", "open_dataset"]

@@ -43,6 +43,7 @@ class PackedIterable(IterableDataset):
         target_transform: Callable | None = None,
         layout: str = "CHW",
         verify: bool = False,
+        reader_options: dict[str, Any] | None = None,
     ):
         if decode not in OUTPUT_KINDS:
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
@@ -51,7 +52,7 @@ class PackedIterable(IterableDataset):
         if layout not in ("CHW", "HWC"):
             raise ValueError(f"layout={layout!r}; use 'CHW' or 'HWC'")
         self.path = path
-        self.reader = open_reader(path, verify=verify)
+        self.reader = open_reader(path, verify=verify, **(reader_options or {}))
         rank, world_size = resolve_rank(rank, world_size)
         self.order = OrderSpec(
             len(self.reader), shuffle, seed, block_size, buffer_size, rank, world_size, drop_last

@@ -109,7 +109,10 @@ class Manifest:
         return bisect.bisect_right(firsts, index) - 1
 
 
-def read_manifest(root: str | os.PathLike) -> Manifest:
+def read_manifest(root: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> Manifest:
+    """The manifest of the dataset at ``root``: a directory, or an fsspec URL (``s3://bucket/ds``)."""
+    if isinstance(root, str) and "://" in root:
+        return _read_remote_manifest(root, storage_options)
     root = Path(root)
     path = root / MANIFEST_NAME
     if not root.exists():
@@ -126,6 +129,23 @@ def read_manifest(root: str | os.PathLike) -> Manifest:
     if not isinstance(data, dict):
         raise ManifestError(f"{path}: not a manifest object; re-pack the dataset")
     return Manifest.from_dict(data, where=str(path))
+
+
+def _read_remote_manifest(root: str, storage_options: dict[str, Any] | None) -> Manifest:
+    from readers.remote import join_url, read_url
+
+    url = join_url(root, MANIFEST_NAME)
+    try:
+        data = json.loads(read_url(url, storage_options).decode("utf-8"))
+    except FileNotFoundError:
+        raise ManifestError(f"{url}: not found, so {root} is not a complete imgpack dataset") from None
+    except OSError as exc:
+        raise ManifestError(f"{url}: cannot read it ({exc}); check the URL and credentials") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(f"{url}: unreadable or partial manifest ({exc}); re-upload the dataset") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{url}: not a manifest object; re-upload the dataset")
+    return Manifest.from_dict(data, where=url)
 
 
 def write_atomic(path: Path, text: str) -> None:

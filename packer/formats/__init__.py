@@ -9,6 +9,7 @@ from readers.errors import ImgpackError
 
 WRITERS: dict[str, str] = {
     "lmdb": "packer.formats.lmdb:LmdbWriter",
+    "tar": "packer.formats.tar:TarWriter",
 }
 
 

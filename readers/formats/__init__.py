@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
+from typing import Any
 
 from readers.errors import ManifestError
 from readers.formats.base import FormatReader
@@ -11,6 +13,7 @@ from readers.manifest import Manifest, read_manifest
 
 READERS: dict[str, str] = {
     "lmdb": "readers.formats.lmdb:LmdbReader",
+    "tar": "readers.formats.tar:TarReader",
 }
 
 
@@ -23,10 +26,20 @@ def reader_class(format_name: str) -> type[FormatReader]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def open_reader(path: str | os.PathLike, verify: bool = False) -> FormatReader:
-    """The reader for the packed dataset at ``path`` (format detected from its manifest)."""
-    manifest: Manifest = read_manifest(path)
-    return reader_class(manifest.format)(path, manifest, verify=verify)
+def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -> FormatReader:
+    """The reader for the packed dataset at ``path`` (format detected from its manifest).
+
+    ``path`` may be an fsspec URL for formats that read remotely (tar). ``options`` go to the
+    format's reader (tar: ``cache_dir``, ``cache_size``, ``storage_options``).
+    """
+    manifest: Manifest = read_manifest(path, options.get("storage_options"))
+    cls = reader_class(manifest.format)
+    accepted = inspect.signature(cls.__init__).parameters
+    unknown = sorted(k for k in options if k not in accepted)
+    if unknown:
+        names = ", ".join(unknown)
+        raise ManifestError(f"{path}: the {manifest.format} reader does not take option(s) {names}")
+    return cls(path, manifest, verify=verify, **options)
 
 
 __all__ = ["READERS", "FormatReader", "open_reader", "reader_class"]

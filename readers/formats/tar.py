@@ -1,0 +1,343 @@
+"""WebDataset tar shards ``shard-000000.tar`` with DALI-format sidecar indexes ``shard-000000.idx``.
+
+On-disk layout (shared with the writer in packer/formats/tar.py):
+- a shard is a plain USTAR archive (mtime 0, uid/gid 0, no PAX headers); each sample is three
+  adjacent members ``<key>.<ext>`` (the image: jpg, png, bmp, raw, or the sniffed type of an
+  original file), ``<key>.cls`` (the label in ASCII) and ``<key>.json`` (label, class, source
+  path, original size, stored height/width/channels); ``key`` is ``s`` + the sample's source index
+  (no dots, unique in the dataset), so WebDataset and DALI group the members into samples;
+- ``shard-000000.idx`` is the text index DALI's ``wds2idx`` writes (version ``v1.2``): a line
+  ``v1.2 <samples>``, then per sample ``<ext> <data offset> <size> <member name>`` for each
+  member, in archive order. imgpack parses it once per process and reads a sample, or a block of
+  consecutive samples, with one ``pread`` of the byte range covering their members.
+
+Shards can also live behind any fsspec URL (see readers/remote.py): read with ranged requests,
+or downloaded whole into a local ``cache_dir`` and read from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+import warnings
+from dataclasses import dataclass
+from typing import IO, Any
+
+import numpy as np
+
+from readers.errors import ChecksumError, ManifestError
+from readers.formats.base import FormatReader
+from readers.manifest import Manifest, Shard
+from readers.record import Record
+from readers.remote import ShardCache, is_url, join_url, url_fs
+
+INDEX_VERSION = "v1.2"
+BLOCK = 512
+META_EXTS = ("cls", "json")
+
+
+def shard_name(position: int) -> str:
+    return f"shard-{position:06d}.tar"
+
+
+def index_name(tar_name: str) -> str:
+    return tar_name[: -len(".tar")] + ".idx" if tar_name.endswith(".tar") else tar_name + ".idx"
+
+
+def sample_key(source_index: int) -> str:
+    return f"s{source_index:09d}"
+
+
+def split_member(name: str) -> tuple[str, str]:
+    """WebDataset's rule: the key ends at the first dot of the last path component."""
+    dot = name.find(".", name.rfind("/") + 1)
+    return (name, "") if dot < 0 else (name[:dot], name[dot + 1 :])
+
+
+Member = tuple[str, int, int, str]  # (extension, data offset, size, member name)
+
+
+def format_index(samples: list[list[Member]]) -> str:
+    """The index text for a shard's samples, exactly as DALI's ``wds2idx`` writes it."""
+    lines = [f"{INDEX_VERSION} {len(samples)}"]
+    lines += [" ".join(f"{ext} {offset} {size} {name}" for ext, offset, size, name in s) for s in samples]
+    return "\n".join(lines) + "\n"
+
+
+def scan_tar(fileobj: IO[bytes]) -> list[list[Member]]:
+    """Samples of a tar stream (regular files grouped by key), for rebuilding a lost index."""
+    samples: list[list[Member]] = []
+    last_key = None
+    with tarfile.open(fileobj=fileobj, mode="r|") as archive:
+        for info in archive:
+            if not info.isreg():
+                continue
+            key, ext = split_member(info.name)
+            if not key or key.endswith("/"):
+                continue
+            if key != last_key:
+                samples.append([])
+                last_key = key
+            samples[-1].append((ext, info.offset_data, info.size, info.name))
+    return samples
+
+
+@dataclass
+class ShardIndex:
+    """Byte ranges of every sample's members in one shard (arrays indexed by local position)."""
+
+    image_offset: np.ndarray
+    image_size: np.ndarray
+    json_offset: np.ndarray
+    json_size: np.ndarray
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.json_offset + self.json_size
+
+    def __len__(self) -> int:
+        return len(self.image_offset)
+
+
+def parse_index(text: str, where: str) -> ShardIndex:
+    lines = text.splitlines()
+    head = lines[0].split() if lines else []
+    if len(head) != 2 or head[0] != INDEX_VERSION or not head[1].isdigit():
+        raise ManifestError(
+            f"{where}: not a {INDEX_VERSION} webdataset index; rebuild it with `pack reindex DATASET`"
+        )
+    count = int(head[1])
+    rows = np.zeros((count, 4), dtype=np.int64)
+    try:
+        for i, line in enumerate(lines[1 : count + 1]):
+            fields = line.split()
+            image = json_member = None
+            for j in range(0, len(fields), 4):
+                ext = fields[j]
+                if ext == "json":
+                    json_member = fields[j + 1 : j + 3]
+                elif ext != "cls" and image is None:
+                    image = fields[j + 1 : j + 3]
+            rows[i] = (*image, *json_member)  # type: ignore[misc]
+        if len(lines) - 1 < count:
+            raise ValueError(f"{len(lines) - 1} sample lines")
+    except (TypeError, ValueError, IndexError) as exc:
+        raise ManifestError(
+            f"{where}: malformed index ({exc}); rebuild it with `pack reindex DATASET`"
+        ) from None
+    return ShardIndex(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
+
+
+def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    while block := fileobj.read(chunk):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+class _OpenShard:
+    """One shard in this process: its index and a way to read byte ranges of it."""
+
+    def __init__(self, index: ShardIndex, fd: int | None = None, fs: Any = None, remote: str = ""):
+        self.index = index
+        self.fd = fd
+        self.fs = fs
+        self.remote = remote
+
+    def read(self, offset: int, length: int) -> bytes:
+        if self.fd is not None:
+            return os.pread(self.fd, length, offset)
+        return self.fs.cat_file(self.remote, start=offset, end=offset + length)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class TarReader(FormatReader):
+    name = "tar"
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        manifest: Manifest,
+        verify: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        cache_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ):
+        super().__init__(root, manifest, verify)
+        self.remote = is_url(root)
+        if cache_dir is not None and not self.remote:
+            raise ValueError(f"{root}: cache_dir is for datasets behind a URL; this one is local")
+        self.cache_dir = cache_dir
+        self.cache_size = cache_size
+        self.storage_options = dict(storage_options or {})
+        self._firsts = np.array([s.first for s in manifest.shards], dtype=np.int64)
+        self._labels: np.ndarray | None = None
+
+    # -- where things are ---------------------------------------------------------------------
+    def location(self, name: str) -> str:
+        return join_url(str(self.root), name) if self.remote else str(self.root / name)
+
+    def checksum_path(self, shard: Shard):
+        return self.location(shard.file)
+
+    def _shard_at(self, index: int) -> int:
+        return int(np.searchsorted(self._firsts, index, side="right")) - 1
+
+    # -- opening a shard ----------------------------------------------------------------------
+    def _open(self, position: int | str) -> Any:
+        if position == "fs":  # the fsspec filesystem, made in the process that reads
+            return url_fs(str(self.root), self.storage_options)
+        shard = self.manifest.shards[position]
+        where = self.location(shard.file)
+        if not self.remote:
+            return self._open_local(shard, where)
+        fs, root_path = self.handle("fs")
+        remote = join_url(root_path, shard.file)
+        if self.cache_dir is not None:
+            cache = ShardCache(self.cache_dir, self.cache_size)
+            local = cache.get(fs, remote, where, shard.bytes, shard.sha256)
+            return self._open_local(shard, where, local_path=str(local), verified=True)
+        if self.verify:
+            with fs.open(remote, "rb") as fh:
+                self._check_sha(shard, where, sha256_of(fh))
+        index = self._load_index(shard, where, lambda: fs.open(remote, "rb"))
+        return _OpenShard(index, fs=fs, remote=remote)
+
+    def _open_local(self, shard: Shard, where: str, local_path: str = "", verified: bool = False):
+        path = local_path or where
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise ManifestError(
+                f"{where}: shard listed in the manifest is missing; copy it again or re-pack the dataset"
+            ) from None
+        try:
+            size = os.fstat(fd).st_size
+            if size < shard.bytes:
+                raise ManifestError(
+                    f"{where}: shard is truncated ({size} of {shard.bytes} bytes); "
+                    "copy it again or re-pack the dataset"
+                )
+            if self.verify and not verified:
+                with open(path, "rb") as fh:
+                    self._check_sha(shard, where, sha256_of(fh))
+            index = self._load_index(shard, where, lambda: open(path, "rb"))
+        except BaseException:
+            os.close(fd)
+            raise
+        return _OpenShard(index, fd=fd)
+
+    def _check_sha(self, shard: Shard, where: str, actual: str) -> None:
+        if actual != shard.sha256:
+            raise ChecksumError(
+                f"{where}: shard bytes do not match the manifest sha256 (corrupt or modified); "
+                "copy it again or re-pack the dataset"
+            )
+
+    def _load_index(self, shard: Shard, where: str, open_tar) -> ShardIndex:
+        idx_where = self.location(index_name(shard.file))
+        try:
+            if self.remote:
+                fs, root_path = self.handle("fs")
+                text = fs.cat_file(join_url(root_path, index_name(shard.file))).decode("ascii")
+            else:
+                with open(idx_where, encoding="ascii") as fh:
+                    text = fh.read()
+        except FileNotFoundError:
+            fix = (
+                "run `pack reindex` on a local copy and upload the .idx files"
+                if self.remote
+                else f"write it back with `pack reindex {self.root}`"
+            )
+            warnings.warn(
+                f"{idx_where}: index missing; rebuilding it from the shard (slow); {fix}", stacklevel=4
+            )
+            with open_tar() as fh:
+                text = format_index(scan_tar(fh))
+        index = parse_index(text, idx_where)
+        if len(index) != shard.count:
+            raise ManifestError(
+                f"{idx_where}: index lists {len(index)} samples but the manifest says {shard.count} "
+                f"for {shard.file}; rebuild it with `pack reindex {self.root}`"
+            )
+        if len(index) and int(index.end[-1]) > shard.bytes:
+            raise ManifestError(f"{idx_where}: index points past the end of {where}; rebuild it")
+        return index
+
+    def _close_handle(self, handle) -> None:
+        if isinstance(handle, _OpenShard):
+            handle.close()
+
+    # -- reading ------------------------------------------------------------------------------
+    def _records(self, position: int, a: int, b: int) -> list[Record]:
+        """Records at local positions [a, b) of shard ``position``, with one read."""
+        shard = self.manifest.shards[position]
+        opened: _OpenShard = self.handle(position)
+        index = opened.index
+        base = int(index.image_offset[a])
+        length = int(index.end[b - 1]) - base
+        data = opened.read(base, length)
+        if len(data) != length:
+            raise ManifestError(
+                f"{self.location(shard.file)}: shard is truncated (short read at byte {base}); "
+                "copy it again or re-pack the dataset"
+            )
+        view = memoryview(data)
+        records = []
+        encoding = self.manifest.encoding
+        offsets = (index.image_offset[a:b] - base).tolist()
+        sizes = index.image_size[a:b].tolist()
+        json_offsets = (index.json_offset[a:b] - base).tolist()
+        json_sizes = index.json_size[a:b].tolist()
+        for off, size, joff, jsize in zip(offsets, sizes, json_offsets, json_sizes):
+            try:
+                meta = json.loads(bytes(view[joff : joff + jsize]))
+                records.append(
+                    Record(
+                        view[off : off + size],
+                        meta["label"],
+                        meta["height"],
+                        meta["width"],
+                        meta["channels"],
+                        encoding,
+                    )
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ManifestError(
+                    f"{self.location(shard.file)}: sample {shard.first + a + len(records)} has unreadable "
+                    f"metadata ({exc}); the shard or its index is corrupt, run `pack verify`"
+                ) from None
+        return records
+
+    def read(self, index: int) -> Record:
+        index = self.check_index(index)
+        position = self._shard_at(index)
+        local = index - self.manifest.shards[position].first
+        return self._records(position, local, local + 1)[0]
+
+    def read_block(self, start: int, stop: int) -> list[Record]:
+        records: list[Record] = []
+        index = start
+        while index < stop:
+            position = self._shard_at(index)
+            shard = self.manifest.shards[position]
+            end = min(stop, shard.stop)
+            records += self._records(position, index - shard.first, end - shard.first)
+            index = end
+        return records
+
+    def labels(self) -> np.ndarray:
+        if self._labels is None:
+            runs = self.manifest.extra.get("label_runs")
+            if runs is not None:
+                values, counts = zip(*runs) if runs else ((), ())
+                self._labels = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
+            else:
+                self._labels = super().labels()
+        return self._labels
