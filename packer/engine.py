@@ -235,6 +235,7 @@ def pack_folder(
     workers = max(1, workers or os.cpu_count() or 1)
     out = Path(out)
     writer = writer_class(fmt)(out, spec, options)
+    spec = writer.spec  # a format may pin part of the spec (--to bmp implies --encode bmp)
     scan = scan_folder(src)
     _prepare_output(out, force, resume)
     fingerprint = _fingerprint(scan, fmt, spec, options)

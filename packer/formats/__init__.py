@@ -10,6 +10,8 @@ from readers.errors import ImgpackError
 WRITERS: dict[str, str] = {
     "lmdb": "packer.formats.lmdb:LmdbWriter",
     "tar": "packer.formats.tar:TarWriter",
+    "hdf5": "packer.formats.hdf5:Hdf5Writer",
+    "bmp": "packer.formats.bmp:BmpWriter",
 }
 
 

@@ -83,7 +83,10 @@ class FormatWriter:
         self.check_options()
 
     def check_options(self) -> None:
-        """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size)."""
+        """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size).
+
+        May also pin ``self.spec`` (the BMP cache sets encode=bmp); the engine preprocesses with it.
+        """
 
     def samples_per_part(self, num_items: int) -> int:
         shards = self.options.get("shards")

@@ -14,6 +14,8 @@ from readers.manifest import Manifest, read_manifest
 READERS: dict[str, str] = {
     "lmdb": "readers.formats.lmdb:LmdbReader",
     "tar": "readers.formats.tar:TarReader",
+    "hdf5": "readers.formats.hdf5:Hdf5Reader",
+    "bmp": "readers.formats.bmp:BmpReader",
 }
 
 
