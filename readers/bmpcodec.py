@@ -37,7 +37,7 @@ def _grey_palette(img: Any) -> bool:
 def decode_bmp(data: Any) -> np.ndarray:
     """HWC uint8 pixels of a BMP file: (H, W, 1) for grey palettes, else (H, W, 3) RGB.
 
-    For the 24-bit files the cache writes this is a view into ``data`` (no copy).
+    The array is C-contiguous (the BGR to RGB swap is one copy), as torch.from_numpy needs.
     """
     view = memoryview(data).cast("B")
     if len(view) < FILE_HEADER + INFO_HEADER or bytes(view[:2]) != b"BM":
@@ -49,7 +49,11 @@ def decode_bmp(data: Any) -> np.ndarray:
         return _pillow(data)
     if compression == BI_BITFIELDS:
         masks_at = FILE_HEADER + INFO_HEADER  # after a 40-byte header, or inside a V4/V5 one
-        if bpp != 32 or len(view) < masks_at + 12 or struct.unpack_from("<III", view, masks_at) != STANDARD_MASKS:
+        if (
+            bpp != 32
+            or len(view) < masks_at + 12
+            or struct.unpack_from("<III", view, masks_at) != STANDARD_MASKS
+        ):
             return _pillow(data)
     elif compression != BI_RGB or bpp not in (8, 24, 32):
         return _pillow(data)
@@ -73,12 +77,12 @@ def decode_bmp(data: Any) -> np.ndarray:
         palette = np.frombuffer(view, dtype=np.uint8, count=4 * count, offset=start).reshape(count, 4)
         indices = rows[:, :width]
         if count == 256 and np.array_equal(palette[:, 0], GREY) and (palette[:, :3] == GREY[:, None]).all():
-            return indices[:, :, None]  # an identity grey palette: the indices are the pixels
+            return np.ascontiguousarray(indices[:, :, None])  # identity grey palette: indices are pixels
         rgb = np.zeros((256, 3), dtype=np.uint8)
         rgb[:count] = palette[:, 2::-1]
         return rgb[indices]
     step = bpp // 8
-    return rows[:, : width * step].reshape(height, width, step)[:, :, 2::-1]
+    return np.ascontiguousarray(rows[:, : width * step].reshape(height, width, step)[:, :, 2::-1])
 
 
 def encode_bmp(array: np.ndarray) -> bytes:

@@ -56,7 +56,9 @@ class BmpPartWriter(PartWriter):
 
     def add(self, sample: PackedSample) -> None:
         if sample.encoding != "bmp":
-            raise ImgpackError(f"{sample.rel}: the BMP cache got a {sample.encoding} sample; pack with --encode bmp")
+            raise ImgpackError(
+                f"{sample.rel}: the BMP cache got a {sample.encoding} sample; pack with --encode bmp"
+            )
         bucket = f"{self.count // BUCKET:06d}"
         if self.count % BUCKET == 0:
             (self.folder / bucket).mkdir(exist_ok=True)

@@ -170,14 +170,17 @@ class Hdf5Writer(FormatWriter):
                 "imgpack_version": imgpack_version(),
             }
             text = json.dumps(manifest, ensure_ascii=False)
-            with h5py.File(path, "r+", locking=False) as fh:
+            with h5py.File(path, "r+") as fh:
                 # Unchanged on a resumed finish, so the file's bytes stay the same.
                 if fh.attrs.get(MANIFEST_ATTR) != text:
                     fh.attrs[MANIFEST_ATTR] = text
                 if fh.attrs.get("first") != shard.first:
                     fh.attrs["first"] = shard.first
             shards.append(Shard(shard.file, shard.first, shard.count, path.stat().st_size, file_sha256(path)))
-        return shards, {**extra, "hdf5": {"layout_version": LAYOUT_VERSION, "compression": self._compression()}}
+        return shards, {
+            **extra,
+            "hdf5": {"layout_version": LAYOUT_VERSION, "compression": self._compression()},
+        }
 
     def _compression(self) -> str:
         return self.options.get("compression") or "none"

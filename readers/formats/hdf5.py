@@ -45,23 +45,35 @@ def shard_name(position: int) -> str:
     return f"data-{position:06d}.h5"
 
 
+def open_h5(path: str | os.PathLike, **kwargs: Any) -> h5py.File:
+    """Open read-only; retry without file locks where the filesystem (NFS, say) refuses them.
+
+    The library default is tried first: HDF5 refuses a second open in the same process whose
+    locking flag differs from the first (e.g. a user's own ``h5py.File`` of the same file).
+    """
+    try:
+        try:
+            return h5py.File(path, "r", **kwargs)
+        except OSError as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            return h5py.File(path, "r", locking=False, **kwargs)
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: HDF5 file listed in the manifest is missing; re-pack") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: not a readable HDF5 file ({exc}); re-pack the dataset") from None
+
+
 class Hdf5Part:
     """One open file and the small per-sample arrays, read once per process."""
 
     def __init__(self, path: str, expected: int):
-        try:
-            self.file = h5py.File(
-                path,
-                "r",
-                rdcc_nbytes=CHUNK_CACHE_BYTES,
-                rdcc_nslots=CHUNK_CACHE_SLOTS,
-                rdcc_w0=1.0,  # sequential reads: drop fully read chunks first
-                locking=False,  # read-only; file locks fail on some network filesystems
-            )
-        except FileNotFoundError:
-            raise ManifestError(f"{path}: HDF5 file listed in the manifest is missing; re-pack") from None
-        except OSError as exc:
-            raise ManifestError(f"{path}: not a readable HDF5 file ({exc}); re-pack the dataset") from None
+        self.file = open_h5(
+            path,
+            rdcc_nbytes=CHUNK_CACHE_BYTES,
+            rdcc_nslots=CHUNK_CACHE_SLOTS,
+            rdcc_w0=1.0,  # sequential reads: drop fully read chunks first
+        )
         try:
             self.images = self.file["images"]
             self.flat = self.images.ndim == 1
@@ -141,12 +153,12 @@ class Hdf5Reader(FormatReader):
         # A short-lived handle: a file opened here and inherited by forked workers is avoided.
         parts = []
         for entry in self.manifest.shards:
-            with h5py.File(self.root / entry.file, "r", locking=False) as fh:
+            with open_h5(self.root / entry.file) as fh:
                 parts.append(fh["labels"][:])
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
 
 def read_file_manifest(path: str | os.PathLike) -> dict[str, Any]:
     """The manifest stored in an imgpack HDF5 file's attributes."""
-    with h5py.File(path, "r", locking=False) as fh:
+    with open_h5(path) as fh:
         return json.loads(fh.attrs[MANIFEST_ATTR])
