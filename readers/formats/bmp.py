@@ -93,13 +93,17 @@ class BmpReader(FormatReader):
 
     @property
     def index(self) -> BmpIndex:
+        return self.handle("index")
+
+    def _open(self, key: str) -> BmpIndex:
+        # Parsed once: a forked worker reuses its parent's arrays (shared copy-on-write).
         if self._index is None:
             self._index = BmpIndex(Path(self.root), self.manifest)
         return self._index
 
     def __getstate__(self):
         state = super().__getstate__()
-        state["_index"] = None  # cheap to rebuild; keeps pickled readers small
+        state["_index"] = None  # rebuilt on first use; keeps pickled readers small
         return state
 
     def read(self, index: int) -> Record:
