@@ -14,6 +14,11 @@ from typing import Any
 
 import numpy as np
 
+try:
+    import cv2
+except ImportError:  # optional (imgpack[cv]); NumPy does the channel swap without it
+    cv2 = None
+
 FILE_HEADER = 14
 INFO_HEADER = 40
 BI_RGB, BI_BITFIELDS = 0, 3
@@ -82,7 +87,19 @@ def decode_bmp(data: Any) -> np.ndarray:
         rgb[:count] = palette[:, 2::-1]
         return rgb[indices]
     step = bpp // 8
-    return np.ascontiguousarray(rows[:, : width * step].reshape(height, width, step)[:, :, 2::-1])
+    return _bgr_to_rgb(rows[:, : width * step].reshape(height, width, step))
+
+
+def _bgr_to_rgb(bgr: np.ndarray) -> np.ndarray:
+    """A new C-contiguous RGB array from BGR(X) pixels (OpenCV's SIMD swap when installed)."""
+    if cv2 is not None:
+        if bgr.strides[0] < 0:  # bottom-up rows: OpenCV wants positive steps
+            bgr = np.ascontiguousarray(bgr)
+        return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB if bgr.shape[2] == 3 else cv2.COLOR_BGRA2RGB)
+    rgb = np.empty((*bgr.shape[:2], 3), dtype=np.uint8)
+    for channel in range(3):  # three plane copies beat one copy with a negative stride
+        rgb[:, :, channel] = bgr[:, :, 2 - channel]
+    return rgb
 
 
 def encode_bmp(array: np.ndarray) -> bytes:

@@ -119,7 +119,12 @@ def test_name_collisions_across_parts_are_deterministic(tmp_path):
     assert len(list(outs[1].rglob("*.bmp"))) == len(names) + 1
 
 
-def test_codec_against_pillow(tmp_path):
+@pytest.mark.parametrize("swap", ["opencv", "numpy"])
+def test_codec_against_pillow(monkeypatch, swap):
+    import readers.bmpcodec
+
+    if swap == "numpy":
+        monkeypatch.setattr(readers.bmpcodec, "cv2", None)  # the path without the cv extra
     rng = np.random.default_rng(0)
     rgb = rng.integers(0, 256, (13, 7, 3), dtype=np.uint8)  # odd width: padded rows
     grey = rng.integers(0, 256, (5, 9), dtype=np.uint8)
