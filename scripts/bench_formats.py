@@ -8,7 +8,9 @@ read with ``open_iterable(batch_size=B)``, whose workers assemble whole batches.
 a plain map-style Dataset: PIL open -> resize shorter side 256 -> centre crop 224 -> tensor.
 
 Each loader runs one warm-up epoch (worker start, page cache), then ``--epochs`` timed epochs
-with persistent workers. Ratios are more stable than absolute figures on a shared machine.
+with persistent workers, the loaders taking turns epoch by epoch so that they see the same
+background load; the median epoch is reported. Ratios are more stable than absolute figures
+on a shared machine.
 
     python scripts/make_bench_data.py --n 2000 --out /tmp/imgpack-bench/n2000
     python scripts/bench_formats.py --data /tmp/imgpack-bench/n2000 --out /tmp/imgpack-bench/hdf5bmp
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -68,19 +72,30 @@ def ensure_packed(src: Path, out: Path, fmt: str, workers: int) -> Path:
     return out
 
 
-def measure(loader: DataLoader, epochs: int, set_epoch=None) -> float:
-    """Images per second over ``epochs`` timed epochs, after one warm-up epoch."""
+def epoch_rate(loader: DataLoader) -> float:
+    """Images per second over one epoch of ``loader``."""
+    started = time.perf_counter()
     images = 0
-    for epoch in range(epochs + 1):
-        if set_epoch is not None:
-            set_epoch(epoch)
-        if epoch == 1:
-            started = time.perf_counter()
-            images = 0
-        for batch, labels in loader:
-            assert batch.dtype == torch.uint8 and batch.shape[1:] == (3, CROP, CROP), batch.shape
-            images += len(labels)
+    for batch, labels in loader:
+        assert batch.dtype == torch.uint8 and batch.shape[1:] == (3, CROP, CROP), batch.shape
+        images += len(labels)
     return images / (time.perf_counter() - started)
+
+
+def measure(loaders: dict[str, tuple[DataLoader, Any]], rounds: int) -> dict[str, float]:
+    """Median images/s per loader: one warm-up epoch each, then ``rounds`` epochs taken in turn.
+
+    Taking the loaders in turn, epoch by epoch, exposes them to the same background load.
+    """
+    rates: dict[str, list[float]] = {name: [] for name in loaders}
+    for epoch in range(rounds + 1):
+        for name, (loader, set_epoch) in loaders.items():
+            if set_epoch is not None:
+                set_epoch(epoch)
+            rate = epoch_rate(loader)
+            if epoch > 0:
+                rates[name].append(rate)
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -91,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path("/tmp/imgpack-bench/hdf5bmp"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=2, help="timed epochs after the warm-up one")
+    parser.add_argument("--epochs", type=int, default=3, help="timed epochs per reader (median reported)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
 
@@ -99,14 +114,16 @@ def main(argv: list[str] | None = None) -> dict:
         fmt: ensure_packed(args.data, args.out / f"{fmt}-224", fmt, args.workers) for fmt in ("bmp", "hdf5")
     }
     common = {"num_workers": args.workers, "persistent_workers": args.workers > 0}
-    results: dict[str, float] = {}
-
-    baseline = DataLoader(PillowFolder(args.data), batch_size=args.batch, shuffle=True, **common)
-    results["imagefolder_pillow"] = measure(baseline, args.epochs)
+    loaders: dict[str, tuple[DataLoader, Any]] = {
+        "imagefolder_pillow": (
+            DataLoader(PillowFolder(args.data), batch_size=args.batch, shuffle=True, **common),
+            None,
+        )
+    }
     for fmt, path in paths.items():
         it = open_iterable(path, shuffle=True, seed=0, batch_size=args.batch)
-        loader = DataLoader(it, batch_size=None, **common)
-        results[f"{fmt}_iterable"] = measure(loader, args.epochs, it.set_epoch)
+        loaders[f"{fmt}_iterable"] = (DataLoader(it, batch_size=None, **common), it.set_epoch)
+    results = measure(loaders, args.epochs)
 
     base = results["imagefolder_pillow"]
     print(
