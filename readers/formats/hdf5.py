@@ -34,9 +34,11 @@ from readers.record import Record
 
 LAYOUT_VERSION = 1
 MANIFEST_ATTR = "imgpack_manifest"
-# Per file and process. Raw images are one chunk each and read whole, so the cache matters for
-# the flat layout (1 MiB chunks shared by neighbouring images) and for compressed data.
-CHUNK_CACHE_BYTES = 16 << 20
+# Per open file and process (so memory is this times the shard files a worker touches). Raw
+# images are one chunk each and read whole; the cache matters for the flat layout, whose 1 MiB
+# chunks hold several neighbouring images: a few chunks let a sequential reader decompress and
+# read each chunk once even when a block ends inside it.
+CHUNK_CACHE_BYTES = 4 << 20
 CHUNK_CACHE_SLOTS = 10007  # a prime, well above the number of chunks the cache can hold
 FLAT_CHUNK_BYTES = 1 << 20
 
