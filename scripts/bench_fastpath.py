@@ -69,8 +69,18 @@ def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> d
                 export = out / f"{workload}-export"
                 export_arrays(lmdb_path, export)
                 subprocess.run(
-                    [ffcv_python, __file__, "--child", "ffcv-write", "--workload", workload,
-                     "--data", str(export), "--beton", str(beton)],
+                    [
+                        ffcv_python,
+                        __file__,
+                        "--child",
+                        "ffcv-write",
+                        "--workload",
+                        workload,
+                        "--data",
+                        str(export),
+                        "--beton",
+                        str(beton),
+                    ],
                     check=True,
                 )
             paths[workload]["beton"] = str(beton)
@@ -89,8 +99,14 @@ def write_webdataset(lmdb_path: Path, tar_dir: Path, shards: int) -> None:
         for i in range(len(reader)):
             rec = reader.read(i)
             ext = "jpg" if rec.encoding == "jpeg" else "rgb"
-            sink.write({"__key__": f"{i:07d}", ext: bytes(rec.data), "cls": str(rec.label).encode(),
-                        "shape": f"{rec.height},{rec.width},{rec.channels}".encode()})
+            sink.write(
+                {
+                    "__key__": f"{i:07d}",
+                    ext: bytes(rec.data),
+                    "cls": str(rec.label).encode(),
+                    "shape": f"{rec.height},{rec.width},{rec.channels}".encode(),
+                }
+            )
     (tar_dir / "done").write_text("ok")
 
 
@@ -175,7 +191,9 @@ def wds_loader(workload: str, paths: dict, workers: int, batch: int):
             .batched(batch, partial=True)
             .map(to_torch)
         )
-        return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=True)
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=None, num_workers=workers, persistent_workers=True
+        )
 
     return build
 
@@ -195,8 +213,14 @@ def ffcv_loader(workload: str, paths: dict, workers: int, batch: int):
         "label": [IntDecoder(), ToTensor(), Squeeze()],
     }
     return lambda: Loader(
-        paths[workload]["beton"], batch_size=batch, num_workers=workers, order=OrderOption.RANDOM,
-        seed=0, pipelines=pipelines, drop_last=False, os_cache=True,
+        paths[workload]["beton"],
+        batch_size=batch,
+        num_workers=workers,
+        order=OrderOption.RANDOM,
+        seed=0,
+        pipelines=pipelines,
+        drop_last=False,
+        os_cache=True,
     )
 
 
@@ -267,8 +291,22 @@ def tree_pss_kib(pid: int) -> int:
 
 
 def run_child(python: str, name: str, workload: str, paths: dict, args: argparse.Namespace) -> dict:
-    cmd = [python, __file__, "--child", name, "--workload", workload, "--paths", json.dumps(paths),
-           "--epochs", str(args.epochs), "--workers", str(args.workers), "--batch", str(args.batch)]
+    cmd = [
+        python,
+        __file__,
+        "--child",
+        name,
+        "--workload",
+        workload,
+        "--paths",
+        json.dumps(paths),
+        "--epochs",
+        str(args.epochs),
+        "--workers",
+        str(args.workers),
+        "--batch",
+        str(args.batch),
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     peak = [0]
@@ -316,13 +354,17 @@ def summarise(runs: dict, ffcv_measured: bool) -> str:
             lines.append(f"  {name:15s} {rate:9.0f} img/s  first {first:5.2f} s  peak {mem:7.0f} MiB{ratio}")
         if not ffcv_measured and "imgpack-batch" in table:
             ref = DESIGN_FFCV[workload]
-            lines.append(f"  (FFCV not measured; DESIGN.md reference figure {ref} img/s on another 2-core "
-                         f"machine: imgpack-batch is {table['imgpack-batch'][0] / ref:.2f}x that, not comparable)")
+            lines.append(
+                f"  (FFCV not measured; DESIGN.md reference figure {ref} img/s on another 2-core "
+                f"machine: imgpack-batch is {table['imgpack-batch'][0] / ref:.2f}x that, not comparable)"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--src", type=Path, default=Path("/tmp/imgpack-bench/n2000"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/imgpack-bench/fastpath"))
     parser.add_argument("--ffcv-python", default=None, help="a Python with FFCV installed (optional)")
