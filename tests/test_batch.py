@@ -222,3 +222,11 @@ def test_shared_memory_released_over_epochs(packed, persistent):
     assert STATS["leases"] - leases == 10 * len(it)
     assert len(mapped_rings()) <= (2 if persistent else 4)
     assert max(mapped_rings()) <= 4, mapped_rings()
+
+
+def test_decode_threads_give_the_same_batches(packed):
+    path = packed("lmdb", resize=72, crop=64, encode="jpeg")
+    plain = batches(path, workers=1, batch_size=9, seed=2)
+    threaded = batches(path, workers=1, batch_size=9, seed=2, decode_threads=3)
+    assert len(plain) == len(threaded) == 5
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(plain, threaded))
