@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from readers.batch import assemble_batch
+from readers.batch import BatchAssembler, Size
 from readers.decode import OUTPUT_KINDS, decode_record
 from readers.formats import open_reader
 from readers.order import OrderSpec, num_chunks, resolve_rank, worker_chunks
@@ -24,7 +24,10 @@ class PackedIterable(IterableDataset):
     """Reads a packed dataset as a stream of samples, or of whole batches when ``batch_size`` is set.
 
     With ``batch_size`` the workers assemble batches and the DataLoader must run with
-    ``batch_size=None``: ``DataLoader(it, batch_size=None, num_workers=N)``.
+    ``batch_size=None``: ``DataLoader(it, batch_size=None, num_workers=N)``. Batches are
+    uint8 ``(B, C, H, W)`` (``layout="CHW"``, channels_last strides) or ``(B, H, W, C)`` and int64
+    labels, built in shared memory; ``crop``, ``size``, ``decode_threads`` and ``fast_dct`` say
+    how (see ``readers.batch``).
     """
 
     def __init__(
@@ -44,13 +47,18 @@ class PackedIterable(IterableDataset):
         layout: str = "CHW",
         verify: bool = False,
         reader_options: dict[str, Any] | None = None,
+        crop: Size = None,
+        size: Size = None,
+        decode_threads: int = 0,
+        fast_dct: bool = False,
+        dct_scaling: bool = True,
     ):
         if decode not in OUTPUT_KINDS:
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-        if layout not in ("CHW", "HWC"):
-            raise ValueError(f"layout={layout!r}; use 'CHW' or 'HWC'")
+        if batch_size is None and (crop is not None or size is not None or decode_threads):
+            raise ValueError("crop=, size= and decode_threads= apply to whole batches: also pass batch_size=")
         self.path = path
         self.reader = open_reader(path, verify=verify, **(reader_options or {}))
         rank, world_size = resolve_rank(rank, world_size)
@@ -62,6 +70,8 @@ class PackedIterable(IterableDataset):
         self.transform = transform
         self.target_transform = target_transform
         self.layout = layout
+        # Batch options (crop, size, decode threads): see readers.batch.
+        self.assembler = BatchAssembler(layout, crop, size, decode_threads, fast_dct, dct_scaling)
         # Shared with worker processes (fork and spawn), so persistent workers see set_epoch.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._start = 0  # samples of this rank already consumed (resume point)
@@ -148,11 +158,12 @@ class PackedIterable(IterableDataset):
             part = records[cursor : cursor + (b - a)]
             cursor += b - a
             if self.batch_size is not None:
-                images, labels = assemble_batch(part, self.layout)
-                if self.transform is not None:
-                    images = self.transform(images)
                 self._yielded += len(part)
-                yield images, labels
+                if self.transform is None:
+                    yield self.assembler.shared(part)  # (images, labels) once it reaches the loop
+                else:
+                    images, labels = self.assembler(part)
+                    yield self.transform(images), labels
             else:
                 for record in part:
                     image = decode_record(record, self.decode)

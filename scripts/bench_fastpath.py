@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""Benchmark the batch fast path against imgpack's per-sample path, webdataset and FFCV.
+
+Workloads (identical for every system; 2 loader workers, batch 64, shuffled, uint8 output):
+- W_jpeg: stored JPEG q90, shorter side 256; read = decode, centre crop 224, (B, 3, 224, 224) + labels;
+- W_raw: stored raw uint8 224x224x3 (resize 256, centre crop 224 at packing); read = that tensor + labels.
+
+Each contender runs in its own fresh process, several rounds, contenders interleaved, so that the
+load from other users of the machine falls on all of them alike. Per run: time to first batch
+(from building the loader, workers included, to the first batch in hand), images/s of a warm
+epoch (best of the epochs after the first full one) and the peak PSS (proportional set size: shared
+pages counted once) of the loader's process tree, sampled every 20 ms from outside.
+
+Contenders: ``imgpack-batch`` (``open_iterable(batch_size=64)``, DataLoader ``batch_size=None``),
+``imgpack-sample`` (per-sample ``open_iterable`` + DataLoader collation), ``webdataset`` (tar shards
+written with ``webdataset.ShardWriter``; simplejpeg decode, ``.batched(64)`` in the workers, its
+fastest set-up) and ``ffcv`` (``.beton`` with numba threads) when ``--ffcv-python`` names a Python
+with FFCV installed (FFCV is a benchmark peer only, never a dependency of imgpack).
+
+    python scripts/make_bench_data.py --n 2000 --out /tmp/imgpack-bench/n2000
+    python scripts/bench_fastpath.py --src /tmp/imgpack-bench/n2000 --out /tmp/imgpack-bench/fastpath \\
+        --ffcv-python /tmp/ffcv-venv/bin/python --rounds 3
+
+The child mode (``--child NAME``) runs with only NumPy at import time, so the FFCV interpreter can
+run this same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WORKLOADS = ("W_jpeg", "W_raw")
+CONTENDERS = ("imgpack-batch", "imgpack-sample", "webdataset", "ffcv")
+CROP = 224
+DESIGN_FFCV = {"W_jpeg": 4500, "W_raw": 44000}  # DESIGN.md reference (2-core machine), not measured here
+
+
+# -- data preparation (product venv) -----------------------------------------------------------
+def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> dict[str, dict[str, str]]:
+    sys.path.insert(0, str(REPO))
+    from packer.engine import pack_folder
+    from packer.preprocess import PreprocessSpec
+
+    paths: dict[str, dict[str, str]] = {}
+    specs = {
+        "W_jpeg": PreprocessSpec(resize=256, encode="jpeg", quality=90),
+        "W_raw": PreprocessSpec(resize=256, crop=CROP, encode="raw"),
+    }
+    for workload, spec in specs.items():
+        lmdb_path = out / f"{workload}.lmdb"
+        if not (lmdb_path / "manifest.json").exists():
+            pack_folder(src, lmdb_path, "lmdb", spec, workers=2, force=True)
+        tar_dir = out / f"{workload}-wds"
+        if not (tar_dir / "done").exists():
+            write_webdataset(lmdb_path, tar_dir, shards)
+        paths[workload] = {"lmdb": str(lmdb_path), "wds": str(tar_dir)}
+        if ffcv_python:
+            beton = out / f"{workload}.beton"
+            if not beton.exists():
+                export = out / f"{workload}-export"
+                export_arrays(lmdb_path, export)
+                subprocess.run(
+                    [
+                        ffcv_python,
+                        __file__,
+                        "--child",
+                        "ffcv-write",
+                        "--workload",
+                        workload,
+                        "--data",
+                        str(export),
+                        "--beton",
+                        str(beton),
+                    ],
+                    check=True,
+                )
+            paths[workload]["beton"] = str(beton)
+    return paths
+
+
+def write_webdataset(lmdb_path: Path, tar_dir: Path, shards: int) -> None:
+    import webdataset as wds
+
+    from readers.formats import open_reader
+
+    reader = open_reader(lmdb_path)
+    tar_dir.mkdir(parents=True, exist_ok=True)
+    per_shard = -(-len(reader) // shards)
+    with wds.ShardWriter(str(tar_dir / "shard-%04d.tar"), maxcount=per_shard, verbose=0) as sink:
+        for i in range(len(reader)):
+            rec = reader.read(i)
+            ext = "jpg" if rec.encoding == "jpeg" else "rgb"
+            sink.write(
+                {
+                    "__key__": f"{i:07d}",
+                    ext: bytes(rec.data),
+                    "cls": str(rec.label).encode(),
+                    "shape": f"{rec.height},{rec.width},{rec.channels}".encode(),
+                }
+            )
+    (tar_dir / "done").write_text("ok")
+
+
+def export_arrays(lmdb_path: Path, export: Path) -> None:
+    """Decoded images (HWC uint8, concatenated) for FFCV's writer, which encodes them itself."""
+    import numpy as np
+
+    from readers.decode import decode_array
+    from readers.formats import open_reader
+
+    reader = open_reader(lmdb_path)
+    export.mkdir(parents=True, exist_ok=True)
+    shapes, labels, chunks = [], [], []
+    for i in range(len(reader)):
+        rec = reader.read(i)
+        image = decode_array(rec)
+        shapes.append(image.shape)
+        labels.append(rec.label)
+        chunks.append(image.reshape(-1))
+    np.save(export / "pixels.npy", np.concatenate(chunks))
+    np.save(export / "shapes.npy", np.array(shapes, dtype=np.int64))
+    np.save(export / "labels.npy", np.array(labels, dtype=np.int64))
+
+
+# -- loaders (child processes) -----------------------------------------------------------------
+def centre_crop_chw(image, size: int = CROP):
+    h, w = image.shape[-2:]
+    top, left = (h - size) // 2, (w - size) // 2
+    return image[..., top : top + size, left : left + size]
+
+
+def imgpack_loader(name: str, workload: str, paths: dict, workers: int, batch: int):
+    sys.path.insert(0, str(REPO))
+    from torch.utils.data import DataLoader
+
+    from readers import open_iterable
+
+    path = paths[workload]["lmdb"]
+    crop = CROP if workload == "W_jpeg" else None
+
+    def build():
+        if name == "imgpack-batch":
+            # fast_dct: libjpeg-turbo's fast integer IDCT, the setting FFCV always uses.
+            it = open_iterable(path, shuffle=True, seed=0, batch_size=batch, crop=crop, fast_dct=True)
+            return DataLoader(it, batch_size=None, num_workers=workers, persistent_workers=True)
+        transform = centre_crop_chw if crop else None
+        it = open_iterable(path, shuffle=True, seed=0, decode="tensor", transform=transform)
+        return DataLoader(it, batch_size=batch, num_workers=workers, persistent_workers=True)
+
+    return build
+
+
+def wds_loader(workload: str, paths: dict, workers: int, batch: int):
+    import glob
+
+    import numpy as np
+    import simplejpeg
+    import torch
+    import webdataset as wds
+
+    urls = sorted(glob.glob(os.path.join(paths[workload]["wds"], "shard-*.tar")))
+
+    def jpeg(sample):
+        image = simplejpeg.decode_jpeg(sample["jpg"])
+        h, w = image.shape[:2]
+        top, left = (h - CROP) // 2, (w - CROP) // 2
+        return image[top : top + CROP, left : left + CROP], int(sample["cls"])
+
+    def raw(sample):
+        shape = tuple(int(v) for v in sample["shape"].split(b","))
+        return np.frombuffer(sample["rgb"], dtype=np.uint8).reshape(shape), int(sample["cls"])
+
+    def to_torch(images_labels):
+        images, labels = images_labels
+        return torch.from_numpy(images).permute(0, 3, 1, 2), torch.from_numpy(labels)
+
+    def build():
+        dataset = (
+            wds.WebDataset(urls, shardshuffle=len(urls), seed=0, empty_check=False)
+            .shuffle(500)
+            .map(jpeg if workload == "W_jpeg" else raw)
+            .batched(batch, partial=True)
+            .map(to_torch)
+        )
+        return torch.utils.data.DataLoader(
+            dataset, batch_size=None, num_workers=workers, persistent_workers=True
+        )
+
+    return build
+
+
+def ffcv_loader(workload: str, paths: dict, workers: int, batch: int):
+    from ffcv.fields.basics import IntDecoder
+    from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, SimpleRGBImageDecoder
+    from ffcv.loader import Loader, OrderOption
+    from ffcv.transforms import Squeeze, ToTensor, ToTorchImage
+
+    if workload == "W_jpeg":
+        decoder = CenterCropRGBImageDecoder((CROP, CROP), ratio=CROP / 256)
+    else:
+        decoder = SimpleRGBImageDecoder()
+    pipelines = {
+        "image": [decoder, ToTensor(), ToTorchImage()],
+        "label": [IntDecoder(), ToTensor(), Squeeze()],
+    }
+    return lambda: Loader(
+        paths[workload]["beton"],
+        batch_size=batch,
+        num_workers=workers,
+        order=OrderOption.RANDOM,
+        seed=0,
+        pipelines=pipelines,
+        drop_last=False,
+        os_cache=True,
+    )
+
+
+def ffcv_write(workload: str, data: str, beton: str) -> None:
+    import numpy as np
+    from ffcv.fields import IntField, RGBImageField
+    from ffcv.writer import DatasetWriter
+
+    pixels = np.load(os.path.join(data, "pixels.npy"), mmap_mode="r")
+    shapes = np.load(os.path.join(data, "shapes.npy"))
+    labels = np.load(os.path.join(data, "labels.npy"))
+    offsets = np.concatenate([[0], np.cumsum(shapes.prod(axis=1))])
+
+    class Arrays:
+        def __len__(self):
+            return len(labels)
+
+        def __getitem__(self, i):
+            image = np.asarray(pixels[offsets[i] : offsets[i + 1]]).reshape(shapes[i])
+            return image, int(labels[i])
+
+    mode = "jpg" if workload == "W_jpeg" else "raw"
+    fields = {"image": RGBImageField(write_mode=mode, jpeg_quality=90), "label": IntField()}
+    DatasetWriter(beton, fields, num_workers=2).from_indexed_dataset(Arrays())
+
+
+def child(args: argparse.Namespace) -> None:
+    """Run one contender on one workload and print one JSON line."""
+    paths = json.loads(args.paths)
+    if args.child == "ffcv":
+        build = ffcv_loader(args.workload, paths, args.workers, args.batch)
+    elif args.child == "webdataset":
+        build = wds_loader(args.workload, paths, args.workers, args.batch)
+    else:
+        build = imgpack_loader(args.child, args.workload, paths, args.workers, args.batch)
+    start = time.perf_counter()  # libraries imported: the clock covers opening, workers, JIT
+    loader = build()
+    first = None
+    rates, shape = [], None
+    for epoch in range(args.epochs):
+        if hasattr(loader, "dataset") and hasattr(loader.dataset, "set_epoch"):
+            loader.dataset.set_epoch(epoch)
+        t0 = time.perf_counter()
+        count = 0
+        for images, labels in loader:
+            if first is None:
+                first = time.perf_counter() - start
+                shape = [list(images.shape), str(images.dtype), str(labels.dtype)]
+            count += len(labels)
+        rates.append(count / (time.perf_counter() - t0))
+    print(json.dumps({"first_batch_s": first, "rates": rates, "images": count, "shape": shape}))
+
+
+# -- the parent: run children, sample their memory ---------------------------------------------
+def tree_pss_kib(pid: int) -> int:
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+        except (OSError, StopIteration):
+            continue
+    return total
+
+
+def run_child(python: str, name: str, workload: str, paths: dict, args: argparse.Namespace) -> dict:
+    cmd = [
+        python,
+        __file__,
+        "--child",
+        name,
+        "--workload",
+        workload,
+        "--paths",
+        json.dumps(paths),
+        "--epochs",
+        str(args.epochs),
+        "--workers",
+        str(args.workers),
+        "--batch",
+        str(args.batch),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_pss_kib(proc.pid))
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate(timeout=args.timeout)
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        return {"error": err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}"}
+    result = json.loads(out.strip().splitlines()[-1])
+    result["peak_pss_mib"] = peak[0] / 1024
+    result["warm_rate"] = max(result["rates"][1:]) if len(result["rates"]) > 1 else result["rates"][0]
+    return result
+
+
+def summarise(runs: dict, ffcv_measured: bool) -> str:
+    lines = []
+    for workload in WORKLOADS:
+        lines.append(f"\n{workload}: img/s warm epoch (median of rounds), first batch s, peak PSS MiB")
+        base = None
+        table = {}
+        for name in CONTENDERS:
+            ok = [r for r in runs.get((workload, name), []) if "error" not in r]
+            if not ok:
+                errors = [r["error"] for r in runs.get((workload, name), [])]
+                if errors:
+                    lines.append(f"  {name:15s} failed: {errors[0]}")
+                continue
+            table[name] = (
+                statistics.median(r["warm_rate"] for r in ok),
+                statistics.median(r["first_batch_s"] for r in ok),
+                max(r["peak_pss_mib"] for r in ok),
+            )
+        base = table.get("ffcv")
+        for name, (rate, first, mem) in table.items():
+            ratio = f"  {rate / base[0]:.2f}x FFCV rate, {mem / base[2]:.2f}x FFCV memory" if base else ""
+            lines.append(f"  {name:15s} {rate:9.0f} img/s  first {first:5.2f} s  peak {mem:7.0f} MiB{ratio}")
+        if not ffcv_measured and "imgpack-batch" in table:
+            ref = DESIGN_FFCV[workload]
+            lines.append(
+                f"  (FFCV not measured; DESIGN.md reference figure {ref} img/s on another 2-core "
+                f"machine: imgpack-batch is {table['imgpack-batch'][0] / ref:.2f}x that, not comparable)"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--src", type=Path, default=Path("/tmp/imgpack-bench/n2000"))
+    parser.add_argument("--out", type=Path, default=Path("/tmp/imgpack-bench/fastpath"))
+    parser.add_argument("--ffcv-python", default=None, help="a Python with FFCV installed (optional)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--only", nargs="*", default=None, help="contenders to run")
+    parser.add_argument("--json", type=Path, default=None, help="write every run here")
+    # child mode
+    parser.add_argument("--child", default=None)
+    parser.add_argument("--workload", default=None)
+    parser.add_argument("--paths", default=None)
+    parser.add_argument("--data", default=None)
+    parser.add_argument("--beton", default=None)
+    args = parser.parse_args()
+    if args.child == "ffcv-write":
+        ffcv_write(args.workload, args.data, args.beton)
+        return
+    if args.child:
+        child(args)
+        return
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    paths = prepare(args.src, args.out, args.ffcv_python)
+    contenders = [c for c in (args.only or CONTENDERS) if c != "ffcv" or args.ffcv_python]
+    runs: dict = {}
+    for round_ in range(args.rounds):
+        for workload in WORKLOADS:
+            for name in contenders:
+                python = args.ffcv_python if name == "ffcv" else sys.executable
+                result = run_child(python, name, workload, paths, args)
+                runs.setdefault((workload, name), []).append(result)
+                shown = {k: v for k, v in result.items() if k != "rates"}
+                print(f"round {round_} {workload} {name}: {json.dumps(shown)}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({f"{w}|{n}": r for (w, n), r in runs.items()}, indent=1))
+    print(summarise(runs, "ffcv" in contenders))
+
+
+if __name__ == "__main__":
+    main()
