@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-
 from packer.formats.base import FormatWriter, PartResult, PartWriter
 from readers.errors import ImgpackError
+from readers.formats import load_registered
 
 WRITERS: dict[str, str] = {
     "lmdb": "packer.formats.lmdb:LmdbWriter",
@@ -16,11 +15,8 @@ WRITERS: dict[str, str] = {
 
 
 def writer_class(name: str) -> type[FormatWriter]:
-    target = WRITERS.get(name)
-    if target is None:
-        raise ImgpackError(f"unknown format {name!r}; choose one of {', '.join(sorted(WRITERS))}")
-    module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    error = ImgpackError(f"unknown format {name!r}; choose one of {', '.join(sorted(WRITERS))}")
+    return load_registered(WRITERS, name, error)
 
 
 __all__ = ["WRITERS", "FormatWriter", "PartResult", "PartWriter", "writer_class"]

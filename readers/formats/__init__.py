@@ -19,13 +19,19 @@ READERS: dict[str, str] = {
 }
 
 
-def reader_class(format_name: str) -> type[FormatReader]:
-    target = READERS.get(format_name)
+def load_registered(registry: dict[str, str], name: str, unknown: Exception) -> type:
+    """Import the class a registry maps ``name`` to ("module:Class"), or raise ``unknown``."""
+    target = registry.get(name)
     if target is None:
-        known = ", ".join(sorted(READERS))
-        raise ManifestError(f"unknown dataset format {format_name!r}; this imgpack reads: {known}")
+        raise unknown
     module_name, _, class_name = target.partition(":")
     return getattr(importlib.import_module(module_name), class_name)
+
+
+def reader_class(format_name: str) -> type[FormatReader]:
+    known = ", ".join(sorted(READERS))
+    error = ManifestError(f"unknown dataset format {format_name!r}; this imgpack reads: {known}")
+    return load_registered(READERS, format_name, error)
 
 
 def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -> FormatReader:
