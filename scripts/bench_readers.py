@@ -4,7 +4,9 @@ Packs the ImageNet-like folder to LMDB at 256 px JPEG, then measures, with 2 wor
 - limit:    the same JPEG bytes held in a Python list, decoded by the same decoder (simplejpeg)
             in 2 processes (a multiprocessing Pool), nothing else;
 - iterable: open_iterable(decode="tensor") in a DataLoader(batch_size=64, num_workers=2);
-- map:      open_dataset(decode="tensor") with DeterministicSampler in the same DataLoader.
+- map:      open_dataset(decode="tensor") with DeterministicSampler in the same DataLoader;
+- batch:    open_iterable(batch_size=64, crop=224): workers decode straight into shared-memory
+            batches, DataLoader(batch_size=None) (the images vary in size, so a crop fixes it).
 Also time to first batch and the loader's RSS at the start and end of a warm epoch.
 
     python scripts/bench_readers.py --n 2000
@@ -53,7 +55,7 @@ def decode_limit(blobs: list[bytes], workers: int = 2) -> float:
         return done / (time.perf_counter() - start)
 
 
-def timed_epochs(loader, epochs: int, set_epoch) -> dict[str, float]:
+def timed_epochs(loader, epochs: int, set_epoch, batch_of=len) -> dict[str, float]:
     me = psutil.Process()
     result = {}
     for epoch in range(epochs + 1):  # epoch 0 warms the page cache
@@ -65,7 +67,7 @@ def timed_epochs(loader, epochs: int, set_epoch) -> dict[str, float]:
         for batch in loader:
             if first is None:
                 first = time.perf_counter() - start
-            count += len(batch)
+            count += batch_of(batch)
             if count % 640 < 64:
                 rss.append(tree_rss(me))
         seconds = time.perf_counter() - start
@@ -112,7 +114,10 @@ def main() -> int:
         mapped, batch_size=args.batch_size, sampler=sampler, num_workers=args.workers, collate_fn=keep_list
     )
     map_style = timed_epochs(map_loader, args.epochs, sampler.set_epoch)
-    for name, r in (("iterable", iterable), ("map", map_style)):
+    batch_it = open_iterable(out, shuffle=True, seed=0, batch_size=args.batch_size, crop=224)
+    batch_loader = DataLoader(batch_it, batch_size=None, num_workers=args.workers)
+    batched = timed_epochs(batch_loader, args.epochs, batch_it.set_epoch, batch_of=lambda b: len(b[0]))
+    for name, r in (("iterable", iterable), ("map", map_style), ("batch", batched)):
         print(
             f"{name:9s} {r['images_per_s']:8.0f} img/s = {r['images_per_s'] / limit:.2f}x limit, "
             f"first batch {r['first_batch_s']:.2f} s, RSS {r['rss_start_mb']:.0f} -> {r['rss_end_mb']:.0f} MB"
