@@ -182,3 +182,20 @@ def test_dali_row_or_clear_error(fixed_ds):
     else:
         assert result.exit_code == 1
         assert "readers.dali" in result.output and "drop --dali" in result.output
+
+
+def test_scaling_script_small_sizes(tmp_path):
+    from scripts import scaling
+
+    out_json, out_png = tmp_path / "scaling.json", tmp_path / "scaling.png"
+    args = ["--sizes", "16,48", "--size", "64x48", "--resize", "32", "--crop", "28", "--workers", "1"]
+    args += ["--read-workers", "0", "--out", str(tmp_path / "work"), "--json", str(out_json)]
+    assert scaling.main([*args, "--plot", str(out_png)]) == 0
+    small, large = json.loads(out_json.read_text())["points"]
+    assert (small["n"], large["n"]) == (16, 48)
+    assert 2 < large["disk_bytes"] / small["disk_bytes"] < 4  # three times the images
+    for point in (small, large):
+        assert point["pack_seconds"] > 0 and point["read_images_per_s"] > 0 and point["first_batch_s"] > 0
+        assert point["read_path"] == "batch" and point["pack_peak_rss_bytes"] > 0
+    with Image.open(out_png) as img:
+        assert img.format == "PNG" and img.width > 800
