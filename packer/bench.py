@@ -47,7 +47,7 @@ READ_PATHS = {
     "batch": "workers assemble whole batches (open_iterable batch_size=B, DataLoader batch_size=None)",
     "sample+stack": "per-sample items, stacked into a batch tensor by the DataLoader's collate",
     "sample+list": "per-sample items (different sizes, bytes or PIL), a batch is a list",
-    "dali": "readers.dali.dali_loader",
+    "dali": "readers.dali.dali_loader (the workers column is its num_threads, at least 1)",
 }
 
 

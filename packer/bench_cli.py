@@ -98,6 +98,9 @@ def bench(
             raise click.ClickException(
                 '--plot needs matplotlib; install it with: pip install "imgpack[plot]" (or drop --plot)'
             ) from None
+    for target in (json_path, plot_path):
+        if target and not Path(target).resolve().parent.is_dir():
+            raise click.BadParameter(f"{target}: its folder does not exist", param_hint="--json/--plot")
     settings = Settings(workers, batch_size, epochs, decode, random_reads, seed)
     log = None if quiet else (lambda message: click.echo(message, err=True))
     report = run_bench(list(datasets), baseline, settings, dali=dali, log=log)

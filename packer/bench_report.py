@@ -114,8 +114,9 @@ def _footer(report: BenchReport) -> list[str]:
     used = sorted({r.read_path for r in report.runs})
     lines = [f"path {p}: {READ_PATHS[p]}" for p in used]
     lines.append(
-        "img/s: median of the timed epochs; MB/s: stored bytes consumed per second; first batch: "
-        "from opening the dataset (warm-up epoch); peak RSS/PSS: loader process + DataLoader workers"
+        "img/s: median of the timed epochs (persistent workers); MB/s: stored bytes consumed per second; "
+        "first batch: from opening the dataset (warm-up epoch); peak RSS/PSS: loader process + DataLoader "
+        "workers"
     )
     if report.baseline_preprocess:
         pre = report.baseline_preprocess
@@ -218,12 +219,12 @@ def plot_report(report: BenchReport, path: str | Path) -> Path:
         fontsize=8,
         loc="upper center",
         bbox_to_anchor=(0.5, -0.08),
-        ncol=min(4, len(names) + 1),
+        ncol=min(3, len(names) + 1),
         frameon=False,
     )
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return out
 

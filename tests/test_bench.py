@@ -169,6 +169,8 @@ def test_cli_errors_are_one_line(tmp_path):
     assert "Traceback" not in result.output
     result = runner.invoke(main, ["bench", str(tmp_path), "--workers", "two"])
     assert result.exit_code == 2 and "worker counts" in result.output
+    result = runner.invoke(main, ["bench", str(tmp_path), "--json", str(tmp_path / "no" / "b.json")])
+    assert result.exit_code == 2 and "folder does not exist" in result.output
 
 
 def test_dali_row_or_clear_error(fixed_ds):
