@@ -1,0 +1,76 @@
+"""The benchmark's baseline: an image folder read the way torchvision's ImageFolder reads it.
+
+Each item opens its file with Pillow, converts it and resizes / centre-crops it on the fly to
+what the packed dataset stores (its manifest ``preprocess``), so both produce the same output.
+Deliberately without the packer's tricks (no DCT-domain downscaling): this is what a training
+script without packing does.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import Dataset
+
+from packer.preprocess import RESAMPLE, PreprocessSpec, target_size
+from packer.source import scan_folder
+
+
+class ImageFolderBaseline(Dataset):
+    """``root/<class>/<image>`` read like torchvision's ImageFolder: Pillow, on-the-fly resize/crop.
+
+    A map-style dataset (``__len__``/``__getitem__``), so a DataLoader batches and parallelises it.
+    """
+
+    def __init__(
+        self, root: str | os.PathLike, preprocess: dict[str, Any] | None = None, decode: str = "tensor"
+    ):
+        scan = scan_folder(root)
+        self.root = str(root)
+        self.classes = scan.classes
+        self.samples = [(item.path, item.label) for item in scan.items]
+        self.spec = PreprocessSpec.from_dict(preprocess) if preprocess else None
+        if self.spec is not None and self.spec.encode == "original":
+            self.spec = None  # the packed data kept the source bytes: no resize to mirror
+        self.decode = decode
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def load(self, path: str) -> Image.Image:
+        with open(path, "rb") as fh:
+            img = Image.open(fh)
+            img = img.convert(self.spec.mode if self.spec else "RGB")
+        spec = self.spec
+        if spec is None:
+            return img
+        size = target_size(img.width, img.height, spec)
+        if size != img.size:
+            img = img.resize(size, RESAMPLE[spec.resample])
+        if spec.crop:
+            left, top = (img.width - spec.crop) // 2, (img.height - spec.crop) // 2
+            img = img.crop((left, top, left + spec.crop, top + spec.crop))
+        return img
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        path, label = self.samples[index]
+        if self.decode == "bytes":
+            with open(path, "rb") as fh:
+                return fh.read(), label
+        img = self.load(path)
+        if self.decode == "pil":
+            return img, label
+        from readers.decode import to_output
+
+        array = np.asarray(img)
+        return to_output(array[:, :, None] if array.ndim == 2 else array, self.decode), label
+
+
+def collate_list(batch: list[tuple[Any, Any]]) -> tuple[list[Any], Any]:
+    """A batch of images of different sizes (or bytes, or PIL images): a list plus a label tensor."""
+    import torch
+
+    return [image for image, _ in batch], torch.tensor([int(label) for _, label in batch])

@@ -1,0 +1,114 @@
+"""``pack bench``: compare packed datasets (and the plain image folder) on this machine.
+
+Kept apart from packer/cli.py; the group registers it when this module exists. Heavy imports
+(torch, matplotlib) happen only when the command runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+def parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in value.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give worker counts like 0,2,4") from None
+    if not counts or min(counts) < 0:
+        raise click.BadParameter(f"{value!r}: give worker counts >= 0 like 0,2,4")
+    return tuple(dict.fromkeys(counts))
+
+
+@click.command()
+@click.argument("datasets", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option(
+    "--baseline",
+    type=click.Path(path_type=str),
+    help="The source image folder, read with Pillow like torchvision's ImageFolder, for comparison.",
+)
+@click.option(
+    "--workers",
+    default="0,2",
+    show_default=True,
+    callback=parse_workers,
+    help="DataLoader worker counts to measure, comma-separated.",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--epochs",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Timed epochs (after one warm-up epoch).",
+)
+@click.option(
+    "--decode",
+    type=click.Choice(["tensor", "numpy", "pil", "bytes"]),
+    default="tensor",
+    show_default=True,
+    help="Output kind of the per-sample path and of the decoded random reads.",
+)
+@click.option(
+    "--random-reads",
+    type=click.IntRange(min=0),
+    default=256,
+    show_default=True,
+    help="Random map-style reads per dataset for the random-access figure (0: skip).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--dali", is_flag=True, help="Also read each dataset through readers.dali.dali_loader.")
+@click.option(
+    "--plot", "plot_path", type=click.Path(path_type=str), help="Write a PNG chart (needs matplotlib)."
+)
+@click.option(
+    "--json", "json_path", type=click.Path(path_type=str), help="Write every figure to this JSON file."
+)
+@click.option("--markdown", is_flag=True, help="Print markdown tables instead of the terminal table.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+def bench(
+    datasets: tuple[str, ...],
+    baseline: str | None,
+    workers: tuple[int, ...],
+    batch_size: int,
+    epochs: int,
+    decode: str,
+    random_reads: int,
+    seed: int,
+    dali: bool,
+    plot_path: str | None,
+    json_path: str | None,
+    markdown: bool,
+    quiet: bool,
+) -> None:
+    """Measure how fast DATASET... load in PyTorch: images/s, MB/s, first batch, memory, random reads.
+
+    \b
+    pack bench train.lmdb train.h5 --baseline ~/data/train --workers 0,2,4 --plot bench.png
+    """
+    from packer.bench import Settings, run_bench
+    from packer.bench_report import format_markdown, format_text, plot_report
+
+    if plot_path:
+        try:
+            import matplotlib  # noqa: F401  - fail before measuring, not after
+        except ImportError:
+            raise click.ClickException(
+                '--plot needs matplotlib; install it with: pip install "imgpack[plot]" (or drop --plot)'
+            ) from None
+    for target in (json_path, plot_path):
+        if target and not Path(target).resolve().parent.is_dir():
+            raise click.BadParameter(f"{target}: its folder does not exist", param_hint="--json/--plot")
+    settings = Settings(workers, batch_size, epochs, decode, random_reads, seed)
+    log = None if quiet else (lambda message: click.echo(message, err=True))
+    report = run_bench(list(datasets), baseline, settings, dali=dali, log=log)
+    click.echo(format_markdown(report) if markdown else format_text(report))
+    if json_path:
+        Path(json_path).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    if plot_path:
+        plot_report(report, plot_path)
+    if not quiet and (json_path or plot_path):
+        written = [p for p in (json_path, plot_path) if p]
+        click.echo(f"wrote {', '.join(written)}", err=True)

@@ -1,0 +1,203 @@
+"""`pack bench`: real measurements on sample_data (tiny epochs), their outputs and the CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import SAMPLE_DATA, run_cli
+from PIL import Image
+
+from packer.bench import (
+    BASELINE_NAME,
+    BenchReport,
+    MemorySampler,
+    Settings,
+    run_bench,
+)
+from packer.bench_baseline import ImageFolderBaseline
+from packer.bench_report import format_markdown, format_text, plot_report
+from packer.cli import main
+from readers import open_dataset
+from readers.manifest import read_manifest
+
+FIXED = {"resize": 64, "crop": 56}  # every image 56x56: the batch path
+HAS_DALI_MODULE = importlib.util.find_spec("readers.dali") is not None
+
+
+@pytest.fixture(scope="module")
+def fixed_ds(packed):
+    return packed("lmdb", **FIXED)
+
+
+@pytest.fixture(scope="module")
+def report(fixed_ds) -> BenchReport:
+    settings = Settings(workers=(0, 2), batch_size=16, epochs=1, random_reads=16)
+    return run_bench([fixed_ds], baseline=str(SAMPLE_DATA), settings=settings)
+
+
+def test_every_run_reads_epochs_times_dataset_size(report, fixed_ds):
+    n = read_manifest(fixed_ds).num_samples
+    assert [(r.name, r.workers) for r in report.runs] == [
+        (BASELINE_NAME, 0),
+        (BASELINE_NAME, 2),
+        ("lmdb:ds", 0),
+        ("lmdb:ds", 2),
+    ]
+    for run in report.runs:
+        assert run.samples_per_epoch == n
+        assert run.images == report.settings.epochs * n
+        assert len(run.epoch_seconds) == report.settings.epochs
+        assert all(s > 0 for s in run.epoch_seconds)
+    # the baseline reads exactly as many samples as the packed dataset
+    counts = {d.name: d.num_samples for d in report.datasets}
+    assert counts == {BASELINE_NAME: n, "lmdb:ds": n}
+
+
+def test_figures_are_positive_and_consistent(report):
+    infos = {d.name: d for d in report.datasets}
+    for run in report.runs:
+        info = infos[run.name]
+        assert 0 < run.images_per_s_min <= run.images_per_s <= run.images_per_s_max
+        assert run.images_per_s == pytest.approx(run.images / sum(run.epoch_seconds))  # one timed epoch
+        assert run.mb_per_s == pytest.approx(run.images_per_s * info.bytes_per_image / 1e6)
+        assert 0 < run.first_batch_s < 60
+        assert run.peak_rss_bytes >= run.idle_rss_bytes > 0
+        assert run.peak_pss_bytes is None or 0 < run.peak_pss_bytes <= run.peak_rss_bytes
+    for info in infos.values():
+        assert info.disk_bytes > 0
+        assert info.bytes_per_image == pytest.approx(info.disk_bytes / info.num_samples)
+        access = info.random_access
+        assert access["reads"] == 16 and access["bytes_per_s"] > 0 and access["decoded_per_s"] > 0
+    # paths: the packed data (one size) assembles batches in workers; the baseline collates samples
+    assert infos["lmdb:ds"].read_path == "batch" and infos["lmdb:ds"].output_size == [56, 56]
+    assert infos[BASELINE_NAME].read_path == "sample+stack"
+    assert infos[BASELINE_NAME].disk_bytes == sum(
+        p.stat().st_size for p in SAMPLE_DATA.rglob("*.*") if p.suffix.lower() in (".jpg", ".png")
+    )
+
+
+def test_workers_show_up_in_peak_memory(report):
+    # two forked workers add their own pages to the process tree's RSS
+    zero, two = report.run("lmdb:ds", 0), report.run("lmdb:ds", 2)
+    assert two.peak_rss_bytes > zero.peak_rss_bytes
+
+
+def test_json_markdown_text_and_png(report, tmp_path):
+    data = json.loads(json.dumps(report.to_dict()))
+    again = BenchReport.from_dict(data)
+    assert again.runs == report.runs and again.datasets == report.datasets
+    assert data["machine"]["cpus"] >= 1 and set(data["read_paths"]) >= {"batch", "sample+stack"}
+
+    text = format_text(report)
+    assert "lmdb:ds" in text and BASELINE_NAME in text and "path batch:" in text
+    markdown = format_markdown(report)
+    tables = [line for line in markdown.splitlines() if line.startswith("|")]
+    assert tables[0].startswith("| dataset | path | workers | img/s")
+    assert len(tables) == 2 + len(report.runs) + 2 + len(report.datasets)
+    assert len({line.count("|") for line in tables[: 2 + len(report.runs)]}) == 1  # same column count
+
+    png = plot_report(report, tmp_path / "bench.png")
+    with Image.open(png) as img:
+        assert img.format == "PNG" and img.width >= 600 and img.height >= 400
+        # not a blank canvas: bars and text draw many distinct colours
+        assert len(img.convert("RGB").getcolors(1 << 20)) > 20
+
+
+def test_baseline_gives_the_packed_output(fixed_ds):
+    ds = open_dataset(fixed_ds, decode="numpy")
+    base = ImageFolderBaseline(SAMPLE_DATA, read_manifest(fixed_ds).preprocess, decode="numpy")
+    assert len(base) == len(ds) and base.classes == ds.classes
+    diffs = []
+    for i in range(len(ds)):
+        packed_img, packed_label = ds[i]
+        base_img, base_label = base[i]
+        assert base_label == packed_label
+        assert base_img.shape == packed_img.shape == (56, 56, 3)
+        diffs.append(np.abs(base_img.astype(np.int16) - packed_img.astype(np.int16)).mean())
+    # Same resize and centre crop: only JPEG re-encoding and DCT-domain downscaling differ (a
+    # different crop or aspect gives ~30). Single files may differ more (EXIF rotation, alpha
+    # dropped rather than flattened on white), as they do with torchvision's ImageFolder.
+    assert np.median(diffs) < 8, diffs
+
+
+def test_memory_sampler_counts_child_processes():
+    with MemorySampler(interval=0.01) as sampler:
+        own = sampler.process.memory_info().rss
+        code = "import time; x = bytearray(300_000_000); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.5)"
+        subprocess.run([sys.executable, "-c", code], check=True)
+    assert sampler.peak_rss >= own + 250_000_000
+
+
+def test_cli_markdown_json_plot_and_per_sample_path(packed, tmp_path):
+    varied = packed("lmdb", resize=64)  # sizes differ: the per-sample path with list batches
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    result = CliRunner().invoke(
+        main,
+        ["bench", str(varied), "--workers", "0", "--epochs", "1", "--batch-size", "8", "--random-reads", "4"]
+        + ["--markdown", "--json", str(out_json), "--plot", str(out_png), "-q"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "| dataset | path | workers |" in result.output and "sample+list" in result.output
+    data = json.loads(out_json.read_text())
+    (run,) = data["runs"]
+    assert run["read_path"] == "sample+list" and run["images"] == read_manifest(varied).num_samples
+    assert data["datasets"][0]["output_size"] is None
+    with Image.open(out_png) as img:
+        assert img.format == "PNG"
+
+
+def test_cli_subprocess_writes_json(fixed_ds, tmp_path):
+    out = tmp_path / "bench.json"
+    args = ["bench", fixed_ds, "--workers", "0", "--epochs", "1", "--random-reads", "0", "--json", out]
+    proc = run_cli(*args, check=True, timeout=120)
+    assert "lmdb:ds" in proc.stdout and "img/s" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["runs"][0]["images"] == read_manifest(fixed_ds).num_samples
+    assert data["datasets"][0]["random_access"] is None
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["bench", str(tmp_path)])
+    assert result.exit_code == 1 and "manifest" in result.output.lower()
+    assert "Traceback" not in result.output
+    result = runner.invoke(main, ["bench", str(tmp_path), "--workers", "two"])
+    assert result.exit_code == 2 and "worker counts" in result.output
+    result = runner.invoke(main, ["bench", str(tmp_path), "--json", str(tmp_path / "no" / "b.json")])
+    assert result.exit_code == 2 and "folder does not exist" in result.output
+
+
+def test_dali_row_or_clear_error(fixed_ds):
+    result = CliRunner().invoke(
+        main,
+        ["bench", str(fixed_ds), "--dali", "--workers", "0", "--epochs", "1", "--random-reads", "0", "-q"],
+    )
+    if HAS_DALI_MODULE:  # readers.dali present (DALI branch merged): a DALI row is measured
+        assert result.exit_code == 0, result.output
+        assert "dali:ds" in result.output and " dali " in result.output
+    else:
+        assert result.exit_code == 1
+        assert "readers.dali" in result.output and "drop --dali" in result.output
+
+
+def test_scaling_script_small_sizes(tmp_path):
+    from scripts import scaling
+
+    out_json, out_png = tmp_path / "scaling.json", tmp_path / "scaling.png"
+    args = ["--sizes", "16,48", "--size", "64x48", "--resize", "32", "--crop", "28", "--workers", "1"]
+    args += ["--read-workers", "0", "--out", str(tmp_path / "work"), "--json", str(out_json)]
+    assert scaling.main([*args, "--plot", str(out_png)]) == 0
+    small, large = json.loads(out_json.read_text())["points"]
+    assert (small["n"], large["n"]) == (16, 48)
+    assert 2 < large["disk_bytes"] / small["disk_bytes"] < 4  # three times the images
+    for point in (small, large):
+        assert point["pack_seconds"] > 0 and point["read_images_per_s"] > 0 and point["first_batch_s"] > 0
+        assert point["read_path"] == "batch" and point["pack_peak_rss_bytes"] > 0
+    with Image.open(out_png) as img:
+        assert img.format == "PNG" and img.width > 800
