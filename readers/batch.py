@@ -90,6 +90,7 @@ class BatchAssembler:
         self.dct_scaling = bool(dct_scaling)
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()
+        self._geometries: dict[tuple[int, int], Geometry] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -103,6 +104,13 @@ class BatchAssembler:
 
     # -- geometry -----------------------------------------------------------------------------
     def geometry(self, height: int, width: int) -> Geometry:
+        """Where an image stored at height x width lands in the batch (memoised: batches repeat sizes)."""
+        geo = self._geometries.get((height, width))
+        if geo is None:
+            geo = self._geometries[(height, width)] = self._compute_geometry(height, width)
+        return geo
+
+    def _compute_geometry(self, height: int, width: int) -> Geometry:
         if self.size is None:
             resized = (height, width)
         elif isinstance(self.size, int):
@@ -208,6 +216,9 @@ class BatchAssembler:
         channels = dst.shape[2]
         if record.encoding == "raw":
             src = np.frombuffer(record.data, dtype=np.uint8).reshape(record.height, record.width, channels)
+            if geo.out == geo.resized == src.shape[:2]:
+                dst[...] = src  # the common raw case: one copy, nothing to check
+                return
         elif record.encoding == "jpeg" and simplejpeg is not None:
             src = self._jpeg(record, geo, dst)
             if src is None:

@@ -6,6 +6,7 @@ manifest is always a complete dataset and anything else is refused with a clear 
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import tempfile
@@ -103,9 +104,11 @@ class Manifest:
 
     def shard_of(self, index: int) -> int:
         """Position in ``shards`` of the shard holding global sample ``index``."""
-        import bisect
-
-        firsts = [s.first for s in self.shards]
+        if len(self.shards) == 1:
+            return 0
+        firsts = self.__dict__.get("_firsts")
+        if firsts is None or len(firsts) != len(self.shards):
+            firsts = self.__dict__["_firsts"] = [s.first for s in self.shards]
         return bisect.bisect_right(firsts, index) - 1
 
 

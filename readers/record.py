@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from typing import NamedTuple
 
 from readers.errors import ChecksumError
@@ -36,6 +37,10 @@ class Record(NamedTuple):
         return (self.height, self.width, self.channels)
 
 
+def _name(where: str | Callable[[], str]) -> str:
+    return where() if callable(where) else where
+
+
 def crc32(data: Buffer) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
@@ -45,13 +50,19 @@ def pack_record(data: Buffer, label: int, height: int, width: int, channels: int
     return header + bytes(data)
 
 
-def unpack_record(value: Buffer, verify: bool = False, where: str = "record") -> Record:
-    """Split a stored value into a Record without copying the image bytes."""
+def unpack_record(value: Buffer, verify: bool = False, where: str | Callable[[], str] = "record") -> Record:
+    """Split a stored value into a Record without copying the image bytes.
+
+    ``where`` names the record in error messages; pass a callable on hot paths so the name is
+    only formatted when there is an error.
+    """
     view = memoryview(value)
     if len(view) < HEADER.size:
-        raise ChecksumError(f"{where}: value of {len(view)} bytes is shorter than the record header")
+        raise ChecksumError(f"{_name(where)}: value of {len(view)} bytes is shorter than the record header")
     label, code, channels, _, height, width, checksum = HEADER.unpack_from(view)
     data = view[HEADER.size :]
     if verify and crc32(data) != checksum:
-        raise ChecksumError(f"{where}: image bytes do not match their checksum; the dataset is corrupt")
+        raise ChecksumError(
+            f"{_name(where)}: image bytes do not match their checksum; the dataset is corrupt"
+        )
     return Record(data, label, height, width, channels, ENCODING_NAMES.get(code, "original"))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
@@ -57,3 +60,14 @@ def packed(tmp_path_factory):
         return _PACKED[key]
 
     return make
+
+
+def reference_pixels(path: str, spec) -> np.ndarray:
+    """The preprocessed image before encoding, straight from Pillow (what lossless formats store)."""
+    from packer.preprocess import preprocess_image
+
+    raw = open(path, "rb").read()
+    with Image.open(io.BytesIO(raw)) as img:
+        out, _ = preprocess_image(img, raw, spec)
+        array = np.asarray(out)
+    return array[:, :, None] if array.ndim == 2 else array

@@ -14,7 +14,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec, preprocess_image
+from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
 from readers import open_dataset, open_iterable
 from readers.bmpcodec import decode_bmp, encode_bmp
@@ -23,7 +23,7 @@ from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
 from readers.manifest import read_manifest
 from tests.badinput import by_outcome, make_bad_corpus
-from tests.conftest import SAMPLE_DATA, run_cli
+from tests.conftest import SAMPLE_DATA, reference_pixels, run_cli
 
 SPEC = {"resize": 40}
 
@@ -35,14 +35,6 @@ def index_rows(root: Path) -> list[list]:
         assert json.loads(lines[0])["count"] == shard.count
         rows += [json.loads(line) for line in lines[1:]]
     return rows
-
-
-def reference_pixels(path: str, spec: PreprocessSpec) -> np.ndarray:
-    raw = open(path, "rb").read()
-    with Image.open(io.BytesIO(raw)) as img:
-        out, _ = preprocess_image(img, raw, spec)
-        array = np.asarray(out)
-    return array[:, :, None] if array.ndim == 2 else array
 
 
 @pytest.mark.parametrize("mode", ["RGB", "L"])

@@ -13,7 +13,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec, preprocess_file, preprocess_image
+from packer.preprocess import PreprocessSpec, preprocess_file
 from packer.source import scan_folder
 from readers import open_dataset, open_iterable
 from readers.decode import decode_array
@@ -21,7 +21,7 @@ from readers.errors import ChecksumError, ImgpackError
 from readers.formats import open_reader
 from readers.manifest import read_manifest
 from tests.badinput import by_outcome, make_bad_corpus
-from tests.conftest import SAMPLE_DATA, run_cli
+from tests.conftest import SAMPLE_DATA, reference_pixels, run_cli
 
 SMALL = {"resize": 40}
 FIXED = {"resize": 40, "crop": 32}
@@ -32,15 +32,6 @@ SPECS = {
     "raw": {**FIXED, "encode": "raw"},
     "original": {"encode": "original"},
 }
-
-
-def reference_pixels(path: str, spec: PreprocessSpec) -> np.ndarray:
-    """The preprocessed image before encoding, straight from Pillow."""
-    raw = open(path, "rb").read()
-    with Image.open(io.BytesIO(raw)) as img:
-        out, _ = preprocess_image(img, raw, spec)
-        array = np.asarray(out)
-    return array[:, :, None] if array.ndim == 2 else array
 
 
 @pytest.mark.parametrize("encoding", sorted(SPECS))

@@ -23,6 +23,8 @@ MERGE_GAP = 8
 
 class FormatReader:
     name: ClassVar[str] = ""
+    # Formats where a lookup costs about what a sequential step costs (LMDB) set this to 1.
+    merge_gap: ClassVar[int] = MERGE_GAP
 
     def __init__(self, root: str | os.PathLike, manifest: Manifest, verify: bool = False):
         self.root = root if isinstance(root, str) and "://" in root else Path(root)
@@ -87,7 +89,7 @@ class FormatReader:
         found: dict[int, Record] = {}
         run_start = prev = int(unique[0])
         for i in unique[1:].tolist() + [None]:
-            if i is not None and i - prev <= MERGE_GAP:
+            if i is not None and i - prev <= self.merge_gap:
                 prev = i
                 continue
             for offset, record in enumerate(self.read_block(run_start, prev + 1)):

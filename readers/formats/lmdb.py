@@ -10,6 +10,7 @@ On-disk layout (shared with the writer in packer/formats/lmdb.py):
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 
@@ -63,6 +64,7 @@ def encode_key(index: int) -> bytes:
 
 class LmdbReader(FormatReader):
     name = "lmdb"
+    merge_gap = 1  # B-tree lookups in a memory map: reading the records in between buys nothing
 
     def checksum_path(self, shard):
         return self.root / shard.file / "data.mdb"
@@ -93,9 +95,11 @@ class LmdbReader(FormatReader):
         value = txn.get(encode_key(index - self.manifest.shards[shard].first))
         if value is None:
             raise ManifestError(f"{self._where(index)} is missing from the LMDB data; re-pack the dataset")
-        return unpack_record(value, self.verify, self._where(index))
+        return unpack_record(value, self.verify, lambda: self._where(index))
 
     def read_block(self, start: int, stop: int) -> list[Record]:
+        if stop - start == 1:  # a lookup is cheaper than setting up a cursor
+            return [self.read(start)]
         records: list[Record] = []
         index = start
         while index < stop:
@@ -110,7 +114,7 @@ class LmdbReader(FormatReader):
                     i = first + KEY.unpack(key)[0] if len(key) == KEY.size else -1
                     if i >= end or i < 0:
                         break
-                    records.append(unpack_record(value, self.verify, self._where(i)))
+                    records.append(unpack_record(value, self.verify, functools.partial(self._where, i)))
             if len(records) != end - start:
                 raise ManifestError(
                     f"{self.root}: samples {index}..{end - 1} are incomplete in the LMDB data"
