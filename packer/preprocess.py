@@ -33,6 +33,16 @@ RESAMPLE = {
 # Pillow's own default limit; images above it are refused as possible decompression bombs.
 DEFAULT_MAX_PIXELS = 89_478_485
 ORIENTATION_SWAPS_AXES = {5, 6, 7, 8}
+# EXIF orientation -> the transpose that makes the image upright (as ImageOps.exif_transpose).
+ORIENTATION_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 
 
 class SkipSample(Exception):
@@ -204,6 +214,21 @@ def _open_checked(path: str, spec: PreprocessSpec) -> tuple[Image.Image, bytes]:
     return img, raw
 
 
+def _decode_jpeg_scaled(raw: bytes, size: tuple[int, int], mode: str) -> Image.Image | None:
+    """Decode a JPEG with libjpeg-turbo's DCT-domain scaling (any of its 1/8 steps) to at least
+    ``size`` (width, height), so the resize that follows works on far fewer pixels; ``None``
+    when the fast decoder refuses the file (CMYK, corrupt...), which then goes through Pillow."""
+    if simplejpeg is None:
+        return None
+    try:
+        array = simplejpeg.decode_jpeg(
+            raw, colorspace="GRAY" if mode == "L" else "RGB", min_width=size[0], min_height=size[1]
+        )
+    except ValueError:
+        return None
+    return Image.fromarray(array[:, :, 0] if mode == "L" else array)
+
+
 def preprocess_image(
     img: Image.Image, raw: bytes, spec: PreprocessSpec
 ) -> tuple[Image.Image | None, tuple[int, int]]:
@@ -217,13 +242,20 @@ def preprocess_image(
         img.load()  # decode fully: a truncated or corrupt file is skipped, not packed
         return None, original_size
     out_w, out_h = target_size(width, height, spec)
-    if img.format == "JPEG" and (out_w * 2 <= width or out_h * 2 <= height):
-        # DCT-domain downscaling: libjpeg decodes at 1/2, 1/4 or 1/8 scale, never below target.
-        draft = (out_h, out_w) if orientation in ORIENTATION_SWAPS_AXES else (out_w, out_h)
-        img.draft(img.mode if img.mode in ("RGB", "L") else None, draft)
-    img.load()
-    img = ImageOps.exif_transpose(img) if orientation != 1 else img
-    img = _to_8bit_mode(img, spec.mode)
+    stored_target = (out_h, out_w) if orientation in ORIENTATION_SWAPS_AXES else (out_w, out_h)
+    scaled = None
+    if img.format == "JPEG" and img.mode in ("RGB", "L") and (out_w < width or out_h < height):
+        scaled = _decode_jpeg_scaled(raw, stored_target, spec.mode)
+    if scaled is not None:
+        transpose = ORIENTATION_TRANSPOSE.get(orientation)
+        img = scaled.transpose(transpose) if transpose is not None else scaled
+    else:
+        if img.format == "JPEG" and (out_w * 2 <= width or out_h * 2 <= height):
+            # DCT-domain downscaling by Pillow: 1/2, 1/4 or 1/8, never below the target.
+            img.draft(img.mode if img.mode in ("RGB", "L") else None, stored_target)
+        img.load()
+        img = ImageOps.exif_transpose(img) if orientation != 1 else img
+        img = _to_8bit_mode(img, spec.mode)
     if img.size != (out_w, out_h):
         img = img.resize((out_w, out_h), RESAMPLE[spec.resample])
     if spec.crop:

@@ -195,3 +195,17 @@ def test_interrupted_pack_resumes(tmp_path, monkeypatch):
     assert len(a) == len(b)
     for i in range(len(a)):
         np.testing.assert_array_equal(a[i][0], b[i][0])
+
+
+def test_downscaled_jpegs_match_a_plain_pillow_resize(packed):
+    """JPEGs are decoded with DCT-domain scaling before the resize: the result must still be the
+    same picture, upright, as Pillow's decode + exif_transpose + resize."""
+    ds = open_dataset(packed("lmdb", encode="png", resize=100), decode="numpy")
+    for i, item in enumerate(scan_folder(SAMPLE_DATA).items):
+        image, _ = ds[i]
+        reference = Image.fromarray(source_image(item.path))
+        scale = 100 / min(reference.size)
+        size = (round(reference.width * scale), round(reference.height * scale))
+        expected = np.asarray(reference.resize(size, Image.Resampling.BILINEAR))
+        assert image.shape == expected.shape, item.rel
+        assert psnr(image, expected) > 25, item.rel
