@@ -173,6 +173,6 @@ class PackedIterable(IterableDataset):
                     yield image, self._label(record.label)
 
 
-def open_iterable(path: str | os.PathLike, **kwargs: Any) -> PackedIterable:
-    """An ``IterableDataset`` over the packed dataset at ``path``; see ``PackedIterable``."""
-    return PackedIterable(path, **kwargs)
+def open_iterable(path: str | os.PathLike, *args: Any, **kwargs: Any) -> PackedIterable:
+    """An ``IterableDataset`` over the packed dataset at ``path``; arguments as ``PackedIterable``."""
+    return PackedIterable(path, *args, **kwargs)
