@@ -67,40 +67,15 @@ def main() -> int:
     src = args.data or make_bench_folder(Path(f"/tmp/imgpack-bench/n{args.n}"), args.n)
     args.work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def imgpack(workers: int):
+        return lambda out: [sys.executable, "-m", "packer.cli", "imagefolder", str(src), "--to", "lmdb",
+                            "-o", str(out), "--resize", "256", "--workers", str(workers), "-q"]  # fmt: skip
+
     runs = {
         "naive": lambda out: [sys.executable, __file__, "--naive-run", str(src), str(out)],
-        "imgpack1": lambda out: [
-            sys.executable,
-            "-m",
-            "packer.cli",
-            "imagefolder",
-            str(src),
-            "--to",
-            "lmdb",
-            "-o",
-            str(out),
-            "--resize",
-            "256",
-            "--workers",
-            "1",
-            "-q",
-        ],
-        "imgpack2": lambda out: [
-            sys.executable,
-            "-m",
-            "packer.cli",
-            "imagefolder",
-            str(src),
-            "--to",
-            "lmdb",
-            "-o",
-            str(out),
-            "--resize",
-            "256",
-            "--workers",
-            "2",
-            "-q",
-        ],
+        "imgpack1": imgpack(1),
+        "imgpack2": imgpack(2),
     }
     results = {}
     for name in args.only.split(","):
