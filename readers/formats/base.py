@@ -36,13 +36,26 @@ class FormatReader:
     def __len__(self) -> int:
         return self.manifest.num_samples
 
-    # -- to implement -------------------------------------------------------------------------
-    def read(self, index: int) -> Record:
+    # -- to implement: read_local (sharded formats) or read_block ------------------------------
+    def read_local(self, shard: int, start: int, stop: int) -> list[Record]:
+        """Records at positions start..stop-1 *inside* shard ``shard``, in one sequential read."""
         raise NotImplementedError
 
+    def read(self, index: int) -> Record:
+        index = self.check_index(index)
+        return self.read_block(index, index + 1)[0]
+
     def read_block(self, start: int, stop: int) -> list[Record]:
-        """Records start..stop-1 in one sequential read where the format allows it."""
-        return [self.read(i) for i in range(start, stop)]
+        """Records start..stop-1 (global indices), one ``read_local`` per shard they span."""
+        records: list[Record] = []
+        index = start
+        while index < stop:
+            shard = self.manifest.shard_of(index)
+            entry = self.manifest.shards[shard]
+            end = min(stop, entry.stop)
+            records += self.read_local(shard, index - entry.first, end - entry.first)
+            index = end
+        return records
 
     def labels(self) -> np.ndarray:
         """Every sample's label (int64), ideally without touching the image bytes."""

@@ -104,22 +104,9 @@ class Hdf5Reader(FormatReader):
         entry = self.manifest.shards[shard]
         return Hdf5Part(os.fspath(self.root / entry.file), entry.count)
 
-    def read(self, index: int) -> Record:
-        index = self.check_index(index)
-        return self.read_block(index, index + 1)[0]
-
-    def read_block(self, start: int, stop: int) -> list[Record]:
-        records: list[Record] = []
-        index = start
-        while index < stop:
-            shard = self.manifest.shard_of(index)
-            entry = self.manifest.shards[shard]
-            end = min(stop, entry.stop)
-            part = self.handle(shard)
-            a, b = index - entry.first, end - entry.first
-            records += self._flat(part, a, b) if part.flat else self._array(part, a, b)
-            index = end
-        return records
+    def read_local(self, shard: int, a: int, b: int) -> list[Record]:
+        part = self.handle(shard)
+        return self._flat(part, a, b) if part.flat else self._array(part, a, b)
 
     def _flat(self, part: Hdf5Part, a: int, b: int) -> list[Record]:
         offsets = part.offsets[a : b + 1]

@@ -88,38 +88,31 @@ class LmdbReader(FormatReader):
     def _where(self, index: int) -> str:
         return f"{self.root}: sample {index}"
 
-    def read(self, index: int) -> Record:
-        index = self.check_index(index)
-        shard = self.manifest.shard_of(index)
+    def read_local(self, shard: int, start: int, stop: int) -> list[Record]:
+        first = self.manifest.shards[shard].first
         _, txn = self.handle(shard)
-        value = txn.get(encode_key(index - self.manifest.shards[shard].first))
-        if value is None:
-            raise ManifestError(f"{self._where(index)} is missing from the LMDB data; re-pack the dataset")
-        return unpack_record(value, self.verify, lambda: self._where(index))
-
-    def read_block(self, start: int, stop: int) -> list[Record]:
         if stop - start == 1:  # a lookup is cheaper than setting up a cursor
-            return [self.read(start)]
-        records: list[Record] = []
-        index = start
-        while index < stop:
-            shard = self.manifest.shard_of(index)
-            first = self.manifest.shards[shard].first
-            end = min(stop, self.manifest.shards[shard].stop)
-            _, txn = self.handle(shard)
-            with txn.cursor() as cursor:
-                if not cursor.set_key(encode_key(index - first)):
-                    raise ManifestError(f"{self._where(index)} is missing from the LMDB data")
-                for key, value in cursor:
-                    i = first + KEY.unpack(key)[0] if len(key) == KEY.size else -1
-                    if i >= end or i < 0:
-                        break
-                    records.append(unpack_record(value, self.verify, functools.partial(self._where, i)))
-            if len(records) != end - start:
+            value = txn.get(encode_key(start))
+            if value is None:
                 raise ManifestError(
-                    f"{self.root}: samples {index}..{end - 1} are incomplete in the LMDB data"
+                    f"{self._where(first + start)} is missing from the LMDB data; re-pack the dataset"
                 )
-            index = end
+            return [unpack_record(value, self.verify, lambda: self._where(first + start))]
+        records: list[Record] = []
+        with txn.cursor() as cursor:
+            if not cursor.set_key(encode_key(start)):
+                raise ManifestError(f"{self._where(first + start)} is missing from the LMDB data")
+            for key, value in cursor:
+                local = KEY.unpack(key)[0] if len(key) == KEY.size else -1
+                if local >= stop or local < 0:
+                    break
+                records.append(
+                    unpack_record(value, self.verify, functools.partial(self._where, first + local))
+                )
+        if len(records) != stop - start:
+            raise ManifestError(
+                f"{self.root}: samples {first + start}..{first + stop - 1} are incomplete in the LMDB data"
+            )
         return records
 
     def labels(self) -> np.ndarray:

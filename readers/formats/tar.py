@@ -176,7 +176,6 @@ class TarReader(FormatReader):
         self.cache_dir = cache_dir
         self.cache_size = cache_size
         self.storage_options = dict(storage_options or {})
-        self._firsts = np.array([s.first for s in manifest.shards], dtype=np.int64)
         self._labels: np.ndarray | None = None
 
     # -- where things are ---------------------------------------------------------------------
@@ -185,9 +184,6 @@ class TarReader(FormatReader):
 
     def checksum_path(self, shard: Shard):
         return self.location(shard.file)
-
-    def _shard_at(self, index: int) -> int:
-        return int(np.searchsorted(self._firsts, index, side="right")) - 1
 
     # -- opening a shard ----------------------------------------------------------------------
     def _open(self, position: int | str) -> Any:
@@ -275,8 +271,8 @@ class TarReader(FormatReader):
             handle.close()
 
     # -- reading ------------------------------------------------------------------------------
-    def _records(self, position: int, a: int, b: int) -> list[Record]:
-        """Records at local positions [a, b) of shard ``position``, with one read."""
+    def read_local(self, position: int, a: int, b: int) -> list[Record]:
+        """Records at local positions [a, b) of shard ``position``, with one pread."""
         shard = self.manifest.shards[position]
         opened: _OpenShard = self.handle(position)
         index = opened.index
@@ -313,23 +309,6 @@ class TarReader(FormatReader):
                     f"{self.location(shard.file)}: sample {shard.first + a + len(records)} has unreadable "
                     f"metadata ({exc}); the shard or its index is corrupt, run `pack verify`"
                 ) from None
-        return records
-
-    def read(self, index: int) -> Record:
-        index = self.check_index(index)
-        position = self._shard_at(index)
-        local = index - self.manifest.shards[position].first
-        return self._records(position, local, local + 1)[0]
-
-    def read_block(self, start: int, stop: int) -> list[Record]:
-        records: list[Record] = []
-        index = start
-        while index < stop:
-            position = self._shard_at(index)
-            shard = self.manifest.shards[position]
-            end = min(stop, shard.stop)
-            records += self._records(position, index - shard.first, end - shard.first)
-            index = end
         return records
 
     def labels(self) -> np.ndarray:
