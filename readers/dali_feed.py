@@ -19,7 +19,7 @@ import numpy as np
 
 from readers.errors import ImgpackError
 from readers.formats import open_reader
-from readers.order import OrderSpec
+from readers.order import OrderSpec, num_chunks
 from readers.record import Record
 
 LAST_BATCH = ("pad", "drop", "partial")
@@ -96,8 +96,7 @@ class BatchFeed:
     # -- the plan -----------------------------------------------------------------------------
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
-        n, b = self.order.samples_per_rank, self.batch_size
-        return n // b if self.last_batch == "drop" else math.ceil(n / b)
+        return num_chunks(self.order.samples_per_rank, self.batch_size, self.last_batch == "drop")
 
     def positions(self, epoch: int) -> np.ndarray:
         """This rank's sample indices for ``epoch``, cut or wrapped to whole batches as the policy says."""
