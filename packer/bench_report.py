@@ -127,30 +127,17 @@ def _footer(report: BenchReport) -> list[str]:
     return lines + [f"note: {n}" for n in report.notes]
 
 
+def _render(report: BenchReport, header: str, table, bullet: str) -> str:
+    parts = [header, "", table(runs_table(report)), "", table(datasets_table(report)), ""]
+    return "\n".join(parts + [f"{bullet}{line}" for line in _footer(report)])
+
+
 def format_text(report: BenchReport) -> str:
-    parts = [
-        f"imgpack bench: {_header(report)}",
-        "",
-        _text(runs_table(report)),
-        "",
-        _text(datasets_table(report)),
-        "",
-        *_footer(report),
-    ]
-    return "\n".join(parts)
+    return _render(report, f"imgpack bench: {_header(report)}", _text, "")
 
 
 def format_markdown(report: BenchReport) -> str:
-    parts = [
-        f"*{_header(report)}*",
-        "",
-        _markdown(runs_table(report)),
-        "",
-        _markdown(datasets_table(report)),
-        "",
-        *(f"- {line}" for line in _footer(report)),
-    ]
-    return "\n".join(parts)
+    return _render(report, f"*{_header(report)}*", _markdown, "- ")
 
 
 def plot_report(report: BenchReport, path: str | Path) -> Path:
