@@ -70,7 +70,8 @@ def main() -> None:
         best = {k: max(v) for k, v in rates.items()}
         runs = {"slices": runs_per_batch(old, args.batch), "rounds": runs_per_batch(new, args.batch)}
         cells = [f"{k} {best[k]:9.0f} img/s {runs[k]:5.1f} runs/batch" for k in ("slices", "rounds")]
-        print(f"shuffle={shuffle!s:5}  " + "  ".join(cells) + f"  ratio {best['rounds'] / best['slices']:.2f}x")
+        ratio = best["rounds"] / best["slices"]
+        print(f"shuffle={shuffle!s:5}  " + "  ".join(cells) + f"  ratio {ratio:.2f}x")
 
 
 if __name__ == "__main__":
