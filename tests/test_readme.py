@@ -37,7 +37,7 @@ SUBSTITUTIONS = [
     (r"~/data/(imagenet/)?train", "sample_data"),
     (r"--workers 8\b", "--workers 2"),
     (r"num_workers=[48]\b", "num_workers=2"),
-    (r"range\(90\)", "range(2)"),
+    (r"range\((\w+, )?90\)", r"range(\g<1>2)"),
     (r"--n 2000\b", "--n 24"),
     (r"/tmp/imgpack-bench", "imgpack-bench"),
     (r"--workers 0,2(,4)?\b", "--workers 0"),
