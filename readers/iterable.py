@@ -16,10 +16,12 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from readers.batch import BatchAssembler, Size
+from readers.batch_check import check_batch_sizes
 from readers.decode import OUTPUT_KINDS, decode_record
 from readers.formats import open_reader
 from readers.order import OrderSpec, num_chunks, resolve_rank, worker_chunks
 from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, make_state
+from readers.whole_batch import whole_batch
 
 
 class PackedIterable(IterableDataset):
@@ -29,7 +31,8 @@ class PackedIterable(IterableDataset):
     ``batch_size=None``: ``DataLoader(it, batch_size=None, num_workers=N)``. Batches are
     uint8 ``(B, C, H, W)`` (``layout="CHW"``, channels_last strides) or ``(B, H, W, C)`` and int64
     labels, built in shared memory; ``crop``, ``size``, ``decode_threads`` and ``fast_dct`` say
-    how (see ``readers.batch``).
+    how (see ``readers.batch``). ``transform`` is applied to each image, so only without
+    ``batch_size``; with it, ``batch_transform`` is applied to each whole batch's images.
 
     Without ``batch_size`` (the per-sample path) the DataLoader batches samples itself; pass its
     batch size as ``loader_batch_size`` (``readers.make_loader`` does) so the workers take turns by
@@ -61,6 +64,7 @@ class PackedIterable(IterableDataset):
         fast_dct: bool = False,
         dct_scaling: bool = True,
         loader_batch_size: int | None = None,
+        batch_transform: Callable | None = None,
     ):
         if decode not in OUTPUT_KINDS:
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
@@ -68,6 +72,14 @@ class PackedIterable(IterableDataset):
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         if batch_size is None and (crop is not None or size is not None or decode_threads):
             raise ValueError("crop=, size= and decode_threads= apply to whole batches: also pass batch_size=")
+        if batch_size is not None and transform is not None:
+            raise ValueError(
+                "transform= is applied to each image, but with batch_size= the workers build whole "
+                "(B, C, H, W) batches: pass batch_transform= for a function of the whole batch (one "
+                "call, e.g. normalisation), or drop batch_size= to transform each image"
+            )
+        if batch_size is None and batch_transform is not None:
+            raise ValueError("batch_transform= applies to whole batches: also pass batch_size=")
         if batch_size is not None and loader_batch_size is not None:
             raise ValueError(
                 "loader_batch_size= is for the per-sample path; with batch_size= the DataLoader must "
@@ -83,10 +95,13 @@ class PackedIterable(IterableDataset):
         self.set_loader_batch_size(loader_batch_size)
         self.decode = decode
         self.transform = transform
+        self.batch_transform = batch_transform
         self.target_transform = target_transform
         self.layout = layout
         # Batch options (crop, size, decode threads): see readers.batch.
         self.assembler = BatchAssembler(layout, crop, size, decode_threads, fast_dct, dct_scaling)
+        if batch_size is not None:
+            check_batch_sizes(str(path), self.reader.manifest.stored_sizes, crop, size)
         # Shared with worker processes (fork and spawn), so persistent workers see set_epoch.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         # Samples worker processes have yielded: lets state_dict() in the main process tell
@@ -220,11 +235,11 @@ class PackedIterable(IterableDataset):
             cursor += b - a
             if self.batch_size is not None:
                 self._pass.samples += len(part)
-                if self.transform is None:
-                    yield self.assembler.shared(part)  # (images, labels) once it reaches the loop
+                if self.batch_transform is None:
+                    yield whole_batch(self.assembler.shared(part))  # (images, labels) in the loop
                 else:
                     images, labels = self.assembler(part)
-                    yield self.transform(images), labels
+                    yield whole_batch((self.batch_transform(images), labels))
             else:
                 for record in part:
                     image = decode_record(record, self.decode)
