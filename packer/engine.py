@@ -13,6 +13,7 @@ the parts that did not finish. The manifest is written last, atomically.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -30,11 +31,23 @@ from typing import Any
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
+from packer.output import (
+    PROGRESS_NAME,
+    OutputLock,
+    check_not_source,
+    clear_ours,
+    exchange,
+    has_entries,
+    is_our_manifest,
+    is_our_progress,
+    refuse_foreign,
+    remove_temporaries,
+    staging_dir,
+)
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, Manifest, Shard, write_atomic, write_manifest
 
-PROGRESS_NAME = ".imgpack-progress.json"
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
 
 
@@ -167,31 +180,83 @@ def _load_progress(out: Path, fingerprint: str) -> dict[int, PartResult]:
 
 def _save_progress(out: Path, fingerprint: str, done: dict[int, PartResult]) -> None:
     data = {"fingerprint": fingerprint, "parts": [asdict(done[k]) for k in sorted(done)]}
-    write_atomic(out / PROGRESS_NAME, json.dumps(data))
+    with _writing(out, "progress file"):
+        write_atomic(out / PROGRESS_NAME, json.dumps(data))
 
 
-def _prepare_output(out: Path, force: bool, resume: bool) -> None:
+def _open_output(out: Path, force: bool, resume: bool) -> tuple[Path, OutputLock]:
+    """Lock ``out`` and pick the directory to write into (``out``, or a staging sibling)."""
     if out.exists() and not out.is_dir():
         raise ImgpackError(f"{out}: exists and is not a directory; choose another -o")
-    if out.exists() and any(out.iterdir()):
-        ours = (out / MANIFEST_NAME).exists() or (out / PROGRESS_NAME).exists()
-        if resume and (out / PROGRESS_NAME).exists():
-            return
-        if resume and (out / MANIFEST_NAME).exists():
-            raise ImgpackError(f"{out}: already complete (has {MANIFEST_NAME}); nothing to resume")
-        if not force:
-            hint = "re-run with --resume to finish it, or " if (out / PROGRESS_NAME).exists() else ""
-            raise ImgpackError(f"{out}: already exists; {hint}pass --force to replace it")
-        if not ours:
-            raise ImgpackError(f"{out}: is not an imgpack output, refusing to delete it even with --force")
-        shutil.rmtree(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".imgpack-write-test"
+    except OSError as exc:
+        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
+    lock = OutputLock(out)
+    try:
+        work = _work_dir(out, force, resume)
+        probe = work / ".imgpack-write-test"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:
+        lock.release()
         raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
+    except BaseException:
+        lock.release()
+        raise
+    return work, lock
+
+
+def _work_dir(out: Path, force: bool, resume: bool) -> Path:
+    staging = staging_dir(out)
+    if is_our_manifest(out / MANIFEST_NAME):  # a complete dataset: replaced only by a swap
+        if resume and staging.is_dir() and (staging / PROGRESS_NAME).exists():
+            return staging
+        if resume:
+            raise ImgpackError(f"{out}: already complete (has {MANIFEST_NAME}); nothing to resume")
+        if not force:
+            raise ImgpackError(f"{out}: already exists; pass --force to replace it")
+        refuse_foreign(out, "replace")
+        if staging.exists():
+            clear_ours(staging, "replace")
+        staging.mkdir(exist_ok=True)
+        return staging
+    if not has_entries(out):
+        return out
+    interrupted = is_our_progress(out / PROGRESS_NAME)
+    if resume and interrupted:
+        return out
+    if not (force or resume):
+        refuse_foreign(out, "write into")
+        hint = "re-run with --resume to finish it, or " if interrupted else ""
+        raise ImgpackError(f"{out}: already exists; {hint}pass --force to replace it")
+    clear_ours(out, "replace" if force else "resume into")  # --resume before any progress: start over
+    return out
+
+
+def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
+    """Turn an OSError (disk full, read-only) while writing ``what`` into one clear line."""
+
+    @contextlib.contextmanager
+    def guard():
+        try:
+            yield
+        except OSError as exc:
+            raise ImgpackError(
+                f"{out}: cannot write the {what} ({exc.strerror or exc}); {disk_hint(out)}, "
+                "then re-run with --resume"
+            ) from None
+
+    return guard()
+
+
+def _replace(work: Path, out: Path) -> None:
+    """Swap the finished staging directory into ``out`` and delete the old dataset."""
+    if work != out:
+        exchange(work, out)
+    (out / PROGRESS_NAME).unlink(missing_ok=True)
+    if work != out:
+        shutil.rmtree(work)
 
 
 # -- the pack ------------------------------------------------------------------------------------
@@ -225,8 +290,6 @@ def pack_folder(
     ray_address: str | None = None,
 ) -> PackReport:
     """Pack the image folder ``src`` into ``out`` in format ``fmt``; see the module docstring."""
-    from tqdm import tqdm
-
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
@@ -234,17 +297,31 @@ def pack_folder(
         raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
     workers = max(1, workers or os.cpu_count() or 1)
     out = Path(out)
-    writer = writer_class(fmt)(out, spec, options)
-    spec = writer.spec  # a format may pin part of the spec (--to bmp implies --encode bmp)
+    writer_class(fmt)(out, spec, options)  # option errors before anything is touched
     scan = scan_folder(src)
-    _prepare_output(out, force, resume)
+    check_not_source(scan.root, out)
+    work, lock = _open_output(out, force, resume)
+    try:
+        return _pack_into(work, out, scan, fmt, spec, options, workers, engine, on_error, resume, quiet,
+                          ray_address, started)  # fmt: skip
+    finally:
+        lock.release()
+
+
+def _pack_into(work, out, scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started):
+    from tqdm import tqdm
+
+    writer = writer_class(fmt)(work, spec, options)
+    spec = writer.spec  # a format may pin part of the spec (--to bmp implies --encode bmp)
     fingerprint = _fingerprint(scan, fmt, spec, options)
-    done = _load_progress(out, fingerprint) if resume else {}
+    remove_temporaries(work)
+    done = _load_progress(work, fingerprint) if resume else {}
+    _save_progress(work, fingerprint, done)  # from the start: any kill leaves a resumable output
     per_part = writer.samples_per_part(len(scan.items))
     parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]
     remaining = sum(len(items) for p, items in parts if p not in done)
     with tqdm(total=remaining, unit="img", disable=quiet, desc=f"pack {fmt}", dynamic_ncols=True) as bar:
-        save = functools.partial(_save_progress, out, fingerprint, done)
+        save = functools.partial(_save_progress, work, fingerprint, done)
         if engine == "local":
             _run_local(writer, parts, spec, workers, on_error, bar, done, save)
         elif engine == "ray":
@@ -258,7 +335,7 @@ def pack_folder(
     skipped = [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         raise ImgpackError(
-            f"{src}: every image was skipped ({len(skipped)}); first reason: "
+            f"{scan.root}: every image was skipped ({len(skipped)}); first reason: "
             f"{skipped[0]['path']}: {skipped[0]['reason'] if skipped else '-'}"
         )
     manifest = Manifest(
@@ -269,10 +346,11 @@ def pack_folder(
         preprocess=spec.to_dict(),
         shards=shards,
         skipped=skipped,
-        extra={**extra, "source": str(Path(src).resolve()), "empty_classes": scan.empty_classes},
+        extra={**extra, "source": str(scan.root.resolve()), "empty_classes": scan.empty_classes},
     )
-    write_manifest(out, manifest)
-    (out / PROGRESS_NAME).unlink(missing_ok=True)
+    with _writing(work, "manifest"):
+        write_manifest(work, manifest)
+    _replace(work, out)
     return PackReport(
         str(out),
         fmt,

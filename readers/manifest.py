@@ -9,7 +9,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -154,9 +153,10 @@ def _read_remote_manifest(root: str, storage_options: dict[str, Any] | None) -> 
 def write_atomic(path: Path, text: str) -> None:
     """Write text to path so that readers see either the old file or the complete new one."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # A plain open (not mkstemp's 0600) so the file honours the umask like the data files.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
