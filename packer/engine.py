@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,7 @@ from typing import Any
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
+from packer.lifetime import die_with_parent
 from packer.output import (
     PROGRESS_NAME,
     OutputLock,
@@ -48,6 +50,7 @@ from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, Manifest, Shard, write_atomic, write_manifest
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
 
 
@@ -85,27 +88,55 @@ def _preprocess_chunk(chunk: list[SourceItem], spec: PreprocessSpec) -> list[Pac
 def preprocessed(
     items: list[SourceItem], spec: PreprocessSpec, workers: int
 ) -> Iterator[PackedSample | Failure]:
-    """Results for ``items`` in source order, computed by ``workers`` processes."""
+    """Results for ``items`` in source order, computed by ``workers`` processes.
+
+    Close the generator (``contextlib.closing``) when stopping early: its pool is torn down then.
+    """
     chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
-    if workers <= 1:
+    if workers <= 1 or not chunks:
         for chunk in chunks:
             yield from _preprocess_chunk(chunk, spec)
         return
     method = "fork" if "fork" in _start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method)) as pool:
-        in_flight: deque = deque()
-        todo = iter(chunks)
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=get_context(method),
+        initializer=_worker_init,
+        initargs=(os.getpid(),),
+    )
+    in_flight: deque = deque()
+    completed = False
+    try:
         window = workers * 4
+        # The workers start on the first submit; an interrupt must not reach one before its
+        # initializer has set it to ignore interrupts, so they are held until then.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            for chunk in todo:
-                in_flight.append(pool.submit(_preprocess_chunk, chunk, spec))
-                if len(in_flight) >= window:
-                    yield from in_flight.popleft().result()
-            while in_flight:
-                yield from in_flight.popleft().result()
+            in_flight.append(pool.submit(_preprocess_chunk, chunks[0], spec))
         finally:
-            for future in in_flight:
-                future.cancel()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        for chunk in chunks[1:]:
+            in_flight.append(pool.submit(_preprocess_chunk, chunk, spec))
+            if len(in_flight) >= window:
+                yield from in_flight.popleft().result()
+        while in_flight:
+            yield from in_flight.popleft().result()
+        completed = True
+    finally:
+        if not completed:
+            # Interrupted or failed: stop the workers now rather than wait for their chunks
+            # (waiting on a pool mid-interrupt is what used to hang).
+            for process in list((pool._processes or {}).values()):
+                process.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init(parent: int) -> None:
+    """Pool workers leave interrupts to the parent and die when it dies (even by kill -9)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    die_with_parent(parent)
 
 
 def _start_methods() -> list[str]:
@@ -268,10 +299,11 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> 
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     stream = preprocessed([item for _, items in todo for item in items], spec, workers)
-    for p, items in todo:
-        results = (next(stream) for _ in range(len(items)))
-        done[p] = write_part(writer, p, results, on_error, progress.update)
-        save()
+    with contextlib.closing(stream):
+        for p, items in todo:
+            results = (next(stream) for _ in range(len(items)))
+            done[p] = write_part(writer, p, results, on_error, progress.update)
+            save()
 
 
 def pack_folder(
