@@ -31,7 +31,6 @@ from typing import Any
 
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
-from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
 from packer.lifetime import die_with_parent
 from packer.output import (
     PROGRESS_NAME,
@@ -46,6 +45,7 @@ from packer.output import (
     remove_temporaries,
     staging_dir,
 )
+from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, Manifest, Shard, write_atomic, write_manifest
@@ -334,13 +334,29 @@ def pack_folder(
     check_not_source(scan.root, out)
     work, lock = _open_output(out, force, resume)
     try:
-        return _pack_into(work, out, scan, fmt, spec, options, workers, engine, on_error, resume, quiet,
-                          ray_address, started)  # fmt: skip
+        return _pack_into(
+            work, out, scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started
+        )
     finally:
         lock.release()
 
 
-def _pack_into(work, out, scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started):
+def _pack_into(
+    work: Path,
+    out: Path,
+    scan: SourceScan,
+    fmt: str,
+    spec: PreprocessSpec,
+    options: dict[str, Any],
+    workers: int,
+    engine: str,
+    on_error: str,
+    resume: bool,
+    quiet: bool,
+    ray_address: str | None,
+    started: float,
+) -> PackReport:
+    """The pack proper, into ``work`` (``out`` or its staging sibling), the output lock held."""
     from tqdm import tqdm
 
     writer = writer_class(fmt)(work, spec, options)

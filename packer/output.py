@@ -47,7 +47,9 @@ def check_not_source(src: Path, out: Path) -> None:
     """Refuse an output that is the source, inside it, or one of its parents."""
     src_real, out_real = Path(os.path.realpath(src)), Path(os.path.realpath(out))
     if out_real == src_real or src_real in out_real.parents or out_real in src_real.parents:
-        where = "is" if out_real == src_real else ("is inside" if src_real in out_real.parents else "contains")
+        where = (
+            "is" if out_real == src_real else ("is inside" if src_real in out_real.parents else "contains")
+        )
         raise ImgpackError(
             f"{out}: the output {where} the source folder {src}; choose an -o outside the source tree"
         )
@@ -77,7 +79,11 @@ def is_our_manifest(path: Path) -> bool:
 
 def is_our_progress(path: Path) -> bool:
     data = _read_json(path)
-    return isinstance(data, dict) and isinstance(data.get("fingerprint"), str) and isinstance(data.get("parts"), list)
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("fingerprint"), str)
+        and isinstance(data.get("parts"), list)
+    )
 
 
 def _only_bmp_below(folder: Path) -> bool:

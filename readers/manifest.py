@@ -30,6 +30,21 @@ def imgpack_version() -> str:
         return "0+unknown"
 
 
+def json_text(data: Any, indent: int | None = None) -> str:
+    """JSON with names kept readable, or \\u-escaped where a name is not UTF-8.
+
+    A file or folder name that is not valid UTF-8 reaches Python as lone surrogates
+    (surrogateescape); those cannot be written as UTF-8 but are valid JSON as \\u escapes, and
+    read back into the same str (``os.fsencode`` gives the original bytes).
+    """
+    text = json.dumps(data, indent=indent, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, indent=indent, ensure_ascii=True)
+    return text
+
+
 @dataclass
 class Shard:
     """One data file (or LMDB environment directory) holding samples [first, first + count)."""
@@ -60,7 +75,7 @@ class Manifest:
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+        return json_text(asdict(self), indent=2) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "manifest") -> Manifest:

@@ -9,7 +9,6 @@ which is also why the files are checksummed there rather than when a part closes
 
 from __future__ import annotations
 
-import json
 import zlib
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from packer.formats.base import FormatWriter, PartResult, PartWriter, file_sha25
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
 from readers.formats.hdf5 import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
-from readers.manifest import FORMAT_VERSION, Shard, imgpack_version
+from readers.manifest import FORMAT_VERSION, Shard, imgpack_version, json_text
 
 FLUSH_BYTES = 32 << 20
 FLUSH_SAMPLES = 256
@@ -169,7 +168,7 @@ class Hdf5Writer(FormatWriter):
                 "shards": listing,
                 "imgpack_version": imgpack_version(),
             }
-            text = json.dumps(manifest, ensure_ascii=False)
+            text = json_text(manifest)
             with h5py.File(path, "r+") as fh:
                 # Unchanged on a resumed finish, so the file's bytes stay the same.
                 if fh.attrs.get(MANIFEST_ATTR) != text:
