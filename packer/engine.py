@@ -334,9 +334,8 @@ def pack_folder(
     check_not_source(scan.root, out)
     work, lock = _open_output(out, force, resume)
     try:
-        return _pack_into(
-            work, out, scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started
-        )
+        job = (scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started)
+        return _pack_into(work, out, *job)
     finally:
         lock.release()
 
