@@ -379,7 +379,7 @@ def _pack_into(
             raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
     results = [done[p] for p, _ in parts]
     shards, extra = writer.finish(results, scan.classes)
-    skipped = [s for r in results for s in r.skipped]
+    skipped = scan.not_read + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         raise ImgpackError(
             f"{scan.root}: every image was skipped ({len(skipped)}); first reason: "
