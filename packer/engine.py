@@ -169,12 +169,16 @@ def write_part(
     except OSError as exc:
         part_writer.abort()
         raise ImgpackError(
-            f"{writer.out}: cannot write the output ({exc.strerror or exc}); {disk_hint(writer.out)}"
+            f"{writer.out}: cannot write the output ({_one_line(exc)}); {disk_hint(writer.out)}"
         ) from None
     except BaseException:
         part_writer.abort()
         raise
     return PartResult(part, shards, skipped)
+
+
+def _one_line(exc: OSError) -> str:
+    return " ".join((exc.strerror or str(exc)).split())
 
 
 # -- progress and resume -------------------------------------------------------------------------
@@ -274,7 +278,7 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
             yield
         except OSError as exc:
             raise ImgpackError(
-                f"{out}: cannot write the {what} ({exc.strerror or exc}); {disk_hint(out)}, "
+                f"{out}: cannot write the {what} ({_one_line(exc)}); {disk_hint(out)}, "
                 "then re-run with --resume"
             ) from None
 
@@ -378,7 +382,8 @@ def _pack_into(
         else:
             raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
     results = [done[p] for p, _ in parts]
-    shards, extra = writer.finish(results, scan.classes)
+    with _writing(work, "dataset"):
+        shards, extra = writer.finish(results, scan.classes)
     skipped = scan.not_read + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         raise ImgpackError(

@@ -79,8 +79,15 @@ class BmpPartWriter(PartWriter):
         return [Shard(staged, 0, self.count, self.nbytes, "")]
 
     def abort(self) -> None:
-        self.index.close()
+        try:
+            self.index.close()  # flushing may fail again (disk full): the folder goes anyway
+        except OSError:
+            pass
         shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            self.folder.parent.rmdir()  # .staging, when no other part is in it
+        except OSError:
+            pass
 
 
 class Names:
