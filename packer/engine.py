@@ -367,6 +367,8 @@ def _pack_into(
     fingerprint = _fingerprint(scan, fmt, spec, options)
     remove_temporaries(work)
     done = _load_progress(work, fingerprint) if resume else {}
+    for p in [p for p, result in done.items() if not writer.part_intact(result)]:
+        del done[p]  # damaged by the interruption: written again
     _save_progress(work, fingerprint, done)  # from the start: any kill leaves a resumable output
     per_part = writer.samples_per_part(len(scan.items))
     parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]

@@ -174,6 +174,21 @@ class Hdf5Writer(FormatWriter):
     def part_files(self, part: int) -> list[Path]:
         return [self.out / shard_name(part)]
 
+    def part_intact(self, result: PartResult) -> bool:
+        """A kill while ``finish`` rewrites a file's attributes can leave its metadata unreadable
+        ("addr overflow"); such a part is redone rather than failing every resume."""
+        for shard in result.shards:
+            try:
+                with h5py.File(self.out / shard.file, "r") as fh:
+                    if int(fh.attrs["count"]) != shard.count:
+                        return False
+                    dict(fh.attrs)
+                    for name in fh:
+                        fh[name].shape  # noqa: B018 - opening each dataset reads its metadata
+            except Exception:  # noqa: BLE001 - any failure to read it back means: redo the part
+                return False
+        return True
+
     def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict[str, Any]]:
         placed, extra = super().finish(results, classes)
         listing = [{"file": s.file, "first": s.first, "count": s.count} for s in placed]
