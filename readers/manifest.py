@@ -169,7 +169,7 @@ def write_atomic(path: Path, text: str) -> None:
     """Write text to path so that readers see either the old file or the complete new one."""
     path = Path(path)
     # A plain open (not mkstemp's 0600) so the file honours the umask like the data files.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name.lstrip('.')}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)

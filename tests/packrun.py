@@ -60,6 +60,15 @@ def wait_started(out: Path, proc: subprocess.Popen) -> None:
     wait_for(out / PROGRESS_NAME, proc)
 
 
+def wait_workers(proc: subprocess.Popen, workers: int, timeout: float = 60) -> None:
+    """Until the pack (its own process group) runs ``workers`` pool processes besides itself."""
+    deadline = time.monotonic() + timeout
+    while len(live_processes(proc.pid)) < workers + 1:
+        assert proc.poll() is None, f"pack ended before its workers started: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the pool workers never started"
+        time.sleep(0.02)
+
+
 def live_processes(group: int) -> list[int]:
     """Processes of process group ``group`` still running (zombies, already dead, excluded)."""
     alive = []
