@@ -47,6 +47,17 @@ def run_pack(*args: object, strace: list[str] | None = None, timeout: float = 12
     return proc.returncode, out + err
 
 
+def syscall_count(name: str, *args: object) -> int:
+    """How many successful ``name`` system calls ``pack imagefolder ARGS`` makes (strace)."""
+    trace = subprocess.run(
+        ["strace", "-f", "-qq", "-e", f"trace={name}", "-o", "/dev/stdout", *pack_cmd(*args)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+    )
+    return sum(1 for line in trace.stdout.splitlines() if f"{name}(" in line and "= -1" not in line)
+
+
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():

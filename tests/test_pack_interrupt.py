@@ -24,9 +24,9 @@ from tests.packrun import (
     kill_group,
     leftovers,
     live_processes,
-    pack_cmd,
     run_pack,
     start_pack,
+    syscall_count,
     wait_started,
     wait_workers,
 )
@@ -114,16 +114,6 @@ def test_workers_die_with_the_main_process(tmp_path):
         assert left == [], f"attempt {attempt}: workers {left} outlived the killed pack"
 
 
-def _syscall_count(name: str, args: list) -> int:
-    trace = subprocess.run(
-        ["strace", "-f", "-qq", "-e", f"trace={name}", "-o", "/dev/stdout", *args],
-        capture_output=True,
-        text=True,
-        env=os.environ | {"PYTHONPATH": os.getcwd()},
-    )
-    return sum(1 for line in trace.stdout.splitlines() if f"{name}(" in line and "= -1" not in line)
-
-
 @pytest.mark.parametrize(
     "fmt, shards, syscall, last",
     [
@@ -136,7 +126,7 @@ def test_kill_at_each_write_of_the_finish_step_then_resume(tmp_path, fmt, shards
     reference = tmp_path / "reference"
     rc, text = run_pack(*args, "-o", reference)
     assert rc == 0, text
-    total = _syscall_count(syscall, pack_cmd(*args, "-o", tmp_path / "count"))
+    total = syscall_count(syscall, *args, "-o", tmp_path / "count")
     behaved = 0
     for when in range(total - last + 1, total + 1):
         out = tmp_path / f"killed-{when}"
