@@ -98,7 +98,7 @@ def _is_ours(entry: os.DirEntry) -> bool:
     if entry.is_symlink():
         return False
     if entry.is_dir():
-        if entry.name == ".staging":
+        if entry.name in (".staging", ".ray-staging"):
             return True
         if LMDB_DIR.match(entry.name):
             return set(os.listdir(path)) <= LMDB_FILES

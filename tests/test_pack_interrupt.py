@@ -140,3 +140,26 @@ def test_kill_at_each_write_of_the_finish_step_then_resume(tmp_path, fmt, shards
         assert leftovers(out) == [], f"{syscall} #{when}: temp files left"
         behaved += 1
     assert behaved == last
+
+
+def test_a_ray_task_stops_and_drops_its_staged_part_when_the_driver_is_gone(tmp_path):
+    """Run in-process (a Ray cluster start costs ~30 s here): the task body of ``--engine ray``
+    with the pid of a driver that was killed, and with a live one."""
+    import socket
+
+    from packer.formats import writer_class
+    from packer.ray_engine import DriverGone, _pack_part, _staged_writer
+    from packer.source import scan_folder
+
+    items = scan_folder(SAMPLE_DATA).items
+    writer = writer_class("lmdb")(tmp_path / "ds", PreprocessSpec(resize=24), {})
+    staged = _staged_writer(writer)
+    dead = subprocess.Popen(["sleep", "60"])
+    dead.kill()
+    dead.wait()
+    with pytest.raises(DriverGone):
+        _pack_part(staged, 0, items, writer.spec, "skip", (socket.gethostname(), dead.pid))
+    assert list(staged.out.iterdir()) == []  # nothing staged is left, nothing was committed
+    assert not any(p.name.startswith("data-") for p in writer.out.iterdir())
+    result = _pack_part(staged, 0, items, writer.spec, "skip", (socket.gethostname(), os.getpid()))
+    assert result["shards"][0]["count"] == len(items)
