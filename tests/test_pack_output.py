@@ -121,3 +121,19 @@ def test_manifest_and_progress_honour_the_umask(tmp_path):
         proc.kill()
     assert progress_mode == 0o644
     assert stat.S_IMODE(os.stat(out / "manifest.json").st_mode) == 0o644
+
+
+def test_a_killed_force_keeps_the_old_dataset_until_resume_swaps_the_new_one_in(tmp_path):
+    out = tmp_path / "ds"
+    pack_folder(SAMPLE_DATA, out, "hdf5", SMALL, workers=1)
+    old = dataset_arrays(out)
+    args = (SAMPLE_DATA, "--to", "hdf5", "-o", out, "--workers", "1", "-q", *SLOW_PACK)
+    proc = start_pack(*args, "--force")
+    wait_started(tmp_path / ".ds.imgpack-new", proc)
+    kill_group(proc.pid)
+    proc.wait()
+    assert dataset_arrays(out) == old  # still the whole old dataset
+    rc, text = run_pack(*args, "--resume")
+    assert rc == 0, text
+    assert open_dataset(out).manifest.preprocess["resize"] == 256
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]  # staging folder gone
