@@ -32,23 +32,11 @@ from typing import Any
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.lifetime import die_with_parent
-from packer.output import (
-    PROGRESS_NAME,
-    OutputLock,
-    check_not_source,
-    clear_ours,
-    exchange,
-    has_entries,
-    is_our_manifest,
-    is_our_progress,
-    refuse_foreign,
-    remove_temporaries,
-    staging_dir,
-)
+from packer.output import PROGRESS_NAME, check_not_source, open_output, remove_temporaries, replace_output
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
-from readers.manifest import MANIFEST_NAME, Manifest, Shard, write_atomic, write_manifest
+from readers.manifest import Manifest, Shard, write_atomic, write_manifest
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
@@ -219,56 +207,6 @@ def _save_progress(out: Path, fingerprint: str, done: dict[int, PartResult]) -> 
         write_atomic(out / PROGRESS_NAME, json.dumps(data))
 
 
-def _open_output(out: Path, force: bool, resume: bool) -> tuple[Path, OutputLock]:
-    """Lock ``out`` and pick the directory to write into (``out``, or a staging sibling)."""
-    if out.exists() and not out.is_dir():
-        raise ImgpackError(f"{out}: exists and is not a directory; choose another -o")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
-    lock = OutputLock(out)
-    try:
-        work = _work_dir(out, force, resume)
-        probe = work / ".imgpack-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        lock.release()
-        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
-    except BaseException:
-        lock.release()
-        raise
-    return work, lock
-
-
-def _work_dir(out: Path, force: bool, resume: bool) -> Path:
-    staging = staging_dir(out)
-    if is_our_manifest(out / MANIFEST_NAME):  # a complete dataset: replaced only by a swap
-        if resume and staging.is_dir() and (staging / PROGRESS_NAME).exists():
-            return staging
-        if resume:
-            raise ImgpackError(f"{out}: already complete (has {MANIFEST_NAME}); nothing to resume")
-        if not force:
-            raise ImgpackError(f"{out}: already exists; pass --force to replace it")
-        refuse_foreign(out, "replace")
-        if staging.exists():
-            clear_ours(staging, "replace")
-        staging.mkdir(exist_ok=True)
-        return staging
-    if not has_entries(out):
-        return out
-    interrupted = is_our_progress(out / PROGRESS_NAME)
-    if resume and interrupted:
-        return out
-    if not (force or resume):
-        refuse_foreign(out, "write into")
-        hint = "re-run with --resume to finish it, or " if interrupted else ""
-        raise ImgpackError(f"{out}: already exists; {hint}pass --force to replace it")
-    clear_ours(out, "replace" if force else "resume into")  # --resume before any progress: start over
-    return out
-
-
 def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
     """Turn an OSError (disk full, read-only) while writing ``what`` into one clear line."""
 
@@ -283,15 +221,6 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
             ) from None
 
     return guard()
-
-
-def _replace(work: Path, out: Path) -> None:
-    """Swap the finished staging directory into ``out`` and delete the old dataset."""
-    if work != out:
-        exchange(work, out)
-    (out / PROGRESS_NAME).unlink(missing_ok=True)
-    if work != out:
-        shutil.rmtree(work)
 
 
 # -- the pack ------------------------------------------------------------------------------------
@@ -336,7 +265,7 @@ def pack_folder(
     writer_class(fmt)(out, spec, options)  # option errors before anything is touched
     scan = scan_folder(src)
     check_not_source(scan.root, out)
-    work, lock = _open_output(out, force, resume)
+    work, lock = open_output(out, force, resume)
     try:
         job = (scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started)
         return _pack_into(work, out, *job)
@@ -404,7 +333,7 @@ def _pack_into(
     )
     with _writing(work, "manifest"):
         write_manifest(work, manifest)
-    _replace(work, out)
+    replace_output(work, out)
     return PackReport(
         str(out),
         fmt,

@@ -151,6 +151,65 @@ def has_entries(folder: Path) -> bool:
         return any(True for _ in entries)
 
 
+def open_output(out: Path, force: bool, resume: bool) -> tuple[Path, OutputLock]:
+    """Lock ``out`` and pick the directory to write into (``out``, or a staging sibling)."""
+    if out.exists() and not out.is_dir():
+        raise ImgpackError(f"{out}: exists and is not a directory; choose another -o")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
+    lock = OutputLock(out)
+    try:
+        work = _work_dir(out, force, resume)
+        probe = work / ".imgpack-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        lock.release()
+        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
+    except BaseException:
+        lock.release()
+        raise
+    return work, lock
+
+
+def _work_dir(out: Path, force: bool, resume: bool) -> Path:
+    staging = staging_dir(out)
+    if is_our_manifest(out / MANIFEST_NAME):  # a complete dataset: replaced only by a swap
+        if resume and staging.is_dir() and (staging / PROGRESS_NAME).exists():
+            return staging
+        if resume:
+            raise ImgpackError(f"{out}: already complete (has {MANIFEST_NAME}); nothing to resume")
+        if not force:
+            raise ImgpackError(f"{out}: already exists; pass --force to replace it")
+        refuse_foreign(out, "replace")
+        if staging.exists():
+            clear_ours(staging, "replace")
+        staging.mkdir(exist_ok=True)
+        return staging
+    if not has_entries(out):
+        return out
+    interrupted = is_our_progress(out / PROGRESS_NAME)
+    if resume and interrupted:
+        return out
+    if not (force or resume):
+        refuse_foreign(out, "write into")
+        hint = "re-run with --resume to finish it, or " if interrupted else ""
+        raise ImgpackError(f"{out}: already exists; {hint}pass --force to replace it")
+    clear_ours(out, "replace" if force else "resume into")  # --resume before any progress: start over
+    return out
+
+
+def replace_output(work: Path, out: Path) -> None:
+    """Swap the finished staging directory into ``out`` and delete the old dataset."""
+    if work != out:
+        exchange(work, out)
+    (out / PROGRESS_NAME).unlink(missing_ok=True)
+    if work != out:
+        shutil.rmtree(work)
+
+
 class OutputLock:
     """An exclusive, non-blocking flock on the output directory, held for the whole pack."""
 
