@@ -6,6 +6,8 @@ import ctypes
 import os
 import signal
 
+from readers.process import pid_alive
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -28,12 +30,4 @@ def process_alive(host: str, pid: int) -> bool:
     """Whether process ``pid`` on ``host`` still runs; True when that cannot be known from here."""
     import socket
 
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return host != socket.gethostname() or pid_alive(pid)

@@ -62,28 +62,31 @@ def _read_json(path: Path) -> object:
         return None
 
 
+MANIFEST_TYPES = {
+    "format": str,
+    "format_version": int,
+    "num_samples": int,
+    "classes": list,
+    "imgpack_version": str,
+    "shards": list,
+}
+PROGRESS_TYPES = {"fingerprint": str, "parts": list}
+
+
+def _typed(data: object, types: dict[str, type]) -> bool:
+    return isinstance(data, dict) and all(isinstance(data.get(k), t) for k, t in types.items())
+
+
 def is_our_manifest(path: Path) -> bool:
     """True when ``path`` parses as a manifest imgpack wrote (its fields and their types)."""
     data = _read_json(path)
-    return (
-        isinstance(data, dict)
-        and isinstance(data.get("format"), str)
-        and isinstance(data.get("format_version"), int)
-        and isinstance(data.get("num_samples"), int)
-        and isinstance(data.get("classes"), list)
-        and isinstance(data.get("imgpack_version"), str)
-        and isinstance(data.get("shards"), list)
-        and all(isinstance(s, dict) and "file" in s and "sha256" in s for s in data["shards"])
+    return _typed(data, MANIFEST_TYPES) and all(
+        isinstance(s, dict) and "file" in s and "sha256" in s for s in data["shards"]
     )
 
 
 def is_our_progress(path: Path) -> bool:
-    data = _read_json(path)
-    return (
-        isinstance(data, dict)
-        and isinstance(data.get("fingerprint"), str)
-        and isinstance(data.get("parts"), list)
-    )
+    return _typed(_read_json(path), PROGRESS_TYPES)
 
 
 def _only_bmp_below(folder: Path) -> bool:
