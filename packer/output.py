@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import json
 import os
 import re
@@ -23,6 +22,11 @@ import shutil
 from pathlib import Path
 
 from readers.errors import ImgpackError
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 from readers.manifest import MANIFEST_NAME
 
 PROGRESS_NAME = ".imgpack-progress.json"
@@ -217,15 +221,20 @@ class OutputLock:
     """An exclusive, non-blocking flock on the output directory, held for the whole pack."""
 
     def __init__(self, folder: Path):
+        self.fd = -1
+        if fcntl is None:  # no flock on this platform: packs are not serialised
+            return
         self.fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(self.fd)
+            self.release()
             raise ImgpackError(
                 f"{folder}: another pack is writing this output right now; wait for it to finish "
                 "(or stop it) before packing here again"
             ) from None
+        except OSError:  # a filesystem without locks (ENOLCK on some network mounts): unlocked
+            self.release()
 
     def release(self) -> None:
         if self.fd >= 0:
