@@ -22,12 +22,12 @@ import shutil
 from pathlib import Path
 
 from readers.errors import ImgpackError
+from readers.manifest import MANIFEST_NAME
 
 try:
     import fcntl
-except ImportError:  # Windows
+except ImportError:  # Windows: no flock, packs are not serialised
     fcntl = None
-from readers.manifest import MANIFEST_NAME
 
 PROGRESS_NAME = ".imgpack-progress.json"
 STAGING_SUFFIX = ".imgpack-new"
