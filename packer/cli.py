@@ -180,7 +180,11 @@ def imagefolder(
     as_json,
 ) -> None:
     """Pack the image folder SRC (SRC/<class>/<image>) into OUT."""
+    import signal
+
     from packer.engine import pack_folder
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
 
     spec = PreprocessSpec(
         resize=resize,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +29,21 @@ def imgpack_version() -> str:
         return version("imgpack")
     except Exception:  # running from a source tree that is not installed
         return "0+unknown"
+
+
+def json_text(data: Any, indent: int | None = None) -> str:
+    """JSON with names kept readable, or \\u-escaped where a name is not UTF-8.
+
+    A file or folder name that is not valid UTF-8 reaches Python as lone surrogates
+    (surrogateescape); those cannot be written as UTF-8 but are valid JSON as \\u escapes, and
+    read back into the same str (``os.fsencode`` gives the original bytes).
+    """
+    text = json.dumps(data, indent=indent, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, indent=indent, ensure_ascii=True)
+    return text
 
 
 @dataclass
@@ -65,7 +79,7 @@ class Manifest:
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+        return json_text(asdict(self), indent=2) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "manifest") -> Manifest:
@@ -163,9 +177,10 @@ def _read_remote_manifest(root: str, storage_options: dict[str, Any] | None) -> 
 def write_atomic(path: Path, text: str) -> None:
     """Write text to path so that readers see either the old file or the complete new one."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # A plain open (not mkstemp's 0600) so the file honours the umask like the data files.
+    tmp = path.with_name(f".{path.name.lstrip('.')}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

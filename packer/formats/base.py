@@ -101,6 +101,10 @@ class FormatWriter:
         """Files or directories a part may have left behind (removed before it is redone)."""
         return []
 
+    def part_intact(self, result: PartResult) -> bool:
+        """Whether a part recorded as done is still whole (checked on --resume; False: redo it)."""
+        return all((self.out / shard.file).exists() for shard in result.shards)
+
     def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict[str, Any]]:
         """Final shard list (global ``first``) and format-specific manifest ``extra``."""
         shards: list[Shard] = []

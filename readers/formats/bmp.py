@@ -79,9 +79,20 @@ class BmpIndex:
         self.ends = np.cumsum([0] + [len(n) for n in names], dtype=np.int64)
         self.names = np.frombuffer(b"".join(names), dtype=np.uint8)
         self.root = os.fsencode(root) + b"/"
+        # Files are opened relative to the directory as it was when the index was read: a
+        # `pack --force` swaps a new dataset in under the same path, and this index must never
+        # be paired with the new files (the old ones are deleted, so reads then fail clearly).
+        self.dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def path(self, index: int) -> bytes:
-        return self.root + self.names[self.ends[index] : self.ends[index + 1]].tobytes()
+        return self.root + self.name(index)
+
+    def name(self, index: int) -> bytes:
+        return self.names[self.ends[index] : self.ends[index + 1]].tobytes()
+
+    def __del__(self) -> None:
+        if getattr(self, "dir_fd", -1) >= 0:
+            os.close(self.dir_fd)
 
 
 class BmpReader(FormatReader):
@@ -112,10 +123,14 @@ class BmpReader(FormatReader):
         idx = self.index
         path = idx.path(index)
         try:
-            with open(path, "rb", buffering=0) as fh:
+            fd = os.open(idx.name(index), os.O_RDONLY | os.O_CLOEXEC, dir_fd=idx.dir_fd)
+            with open(fd, "rb", buffering=0) as fh:
                 data = fh.readall()
         except FileNotFoundError:
-            raise ManifestError(f"{os.fsdecode(path)}: file of the BMP cache is missing; re-pack") from None
+            raise ManifestError(
+                f"{os.fsdecode(path)}: file of the BMP cache is missing (re-packed with --force "
+                "while open? open the dataset again); otherwise re-pack"
+            ) from None
         if self.verify and (len(data) != idx.sizes[index] or zlib.crc32(data) & 0xFFFFFFFF != idx.crc[index]):
             raise ChecksumError(
                 f"{os.fsdecode(path)}: does not match the checksum in the cache index (corrupt or modified)"
