@@ -48,6 +48,7 @@ def test_disk_full_is_one_clear_error_and_frees_the_disk(tmp_path, small_disk, f
         "320",
         "--crop",
         "320",
+        "--upscale",  # without it the smaller sample photos are skipped, not enlarged
         "--encode",
         "raw",
         "--workers",
