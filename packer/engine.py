@@ -130,7 +130,7 @@ def write_part(
     except BaseException:
         part_writer.abort()
         raise
-    return PartResult(part, shards, skipped)
+    return PartResult(part, shards, skipped, part_writer.summary())
 
 
 # -- progress and resume -------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import tarfile
 from pathlib import Path
 from typing import BinaryIO
 
-from packer.formats.base import FormatWriter, PartResult, PartWriter
+from packer.formats.base import FormatWriter, PartResult, PartWriter, add_label_runs
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.formats.tar import (
@@ -214,11 +214,7 @@ class TarWriter(FormatWriter):
                 self._rename(index_name(shard.file), index_name(name))
                 shards.append(Shard(name, first, shard.count, shard.bytes, shard.sha256))
                 first += shard.count
-                for label in self._labels(name):
-                    if runs and runs[-1][0] == label:
-                        runs[-1][1] += 1
-                    else:
-                        runs.append([label, 1])
+                add_label_runs(runs, self._labels(name))
         return shards, {"index": "webdataset v1.2 (wds2idx)", "label_runs": runs}
 
     def _rename(self, src: str, dst: str) -> None:

@@ -58,8 +58,19 @@ class FormatReader:
         return records
 
     def labels(self) -> np.ndarray:
-        """Every sample's label (int64), ideally without touching the image bytes."""
-        return np.fromiter((self.read(i).label for i in range(len(self))), dtype=np.int64, count=len(self))
+        """Every sample's label (int64): from the manifest's ``label_runs`` where the writer
+        recorded them ([[label, count], ...], tar and tfrecord), else read record by record."""
+        cached = self.__dict__.get("_label_array")
+        if cached is not None:
+            return cached
+        runs = self.manifest.extra.get("label_runs")
+        if runs is not None:
+            values, counts = zip(*runs) if runs else ((), ())
+            labels = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
+        else:
+            labels = np.fromiter((self.read(i).label for i in range(len(self))), np.int64, count=len(self))
+        self._label_array = labels
+        return labels
 
     def checksum_path(self, shard) -> Path:
         """The file whose sha256 the manifest records for ``shard``."""

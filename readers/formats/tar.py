@@ -176,7 +176,6 @@ class TarReader(FormatReader):
         self.cache_dir = cache_dir
         self.cache_size = cache_size
         self.storage_options = dict(storage_options or {})
-        self._labels: np.ndarray | None = None
 
     # -- where things are ---------------------------------------------------------------------
     def location(self, name: str) -> str:
@@ -310,13 +309,3 @@ class TarReader(FormatReader):
                     f"metadata ({exc}); the shard or its index is corrupt, run `pack verify`"
                 ) from None
         return records
-
-    def labels(self) -> np.ndarray:
-        if self._labels is None:
-            runs = self.manifest.extra.get("label_runs")
-            if runs is not None:
-                values, counts = zip(*runs) if runs else ((), ())
-                self._labels = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
-            else:
-                self._labels = super().labels()
-        return self._labels
