@@ -286,17 +286,23 @@ def reindex(dataset: str) -> None:
 
 
 def _register_optional_commands() -> None:
-    """Commands that live in their own modules (bench) join the group when present."""
+    """Commands that live in their own modules (bench) join the group when present.
+
+    An entry is a click command or a function that builds one from the group."""
     import importlib
 
-    for module_name, attr in (("packer.bench_cli", "bench"),):
+    for module_name, attr in (
+        ("packer.bench_cli", "bench"),
+        ("packer.imagelist_cli", "imagelist_command"),
+    ):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name != module_name:
                 raise
             continue
-        main.add_command(getattr(module, attr))
+        command = getattr(module, attr)
+        main.add_command(command if isinstance(command, click.Command) else command(main))
 
 
 _register_optional_commands()

@@ -210,7 +210,7 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> 
 
 
 def pack_folder(
-    src: str | os.PathLike,
+    src: str | os.PathLike | SourceScan,
     out: str | os.PathLike,
     fmt: str = "lmdb",
     spec: PreprocessSpec | None = None,
@@ -224,7 +224,7 @@ def pack_folder(
     quiet: bool = True,
     ray_address: str | None = None,
 ) -> PackReport:
-    """Pack the image folder ``src`` into ``out`` in format ``fmt``; see the module docstring."""
+    """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``."""
     from tqdm import tqdm
 
     started = time.perf_counter()
@@ -236,7 +236,7 @@ def pack_folder(
     out = Path(out)
     writer = writer_class(fmt)(out, spec, options)
     spec = writer.spec  # a format may pin part of the spec (--to bmp implies --encode bmp)
-    scan = scan_folder(src)
+    scan = src if isinstance(src, SourceScan) else scan_folder(src)
     _prepare_output(out, force, resume)
     fingerprint = _fingerprint(scan, fmt, spec, options)
     done = _load_progress(out, fingerprint) if resume else {}
@@ -255,10 +255,10 @@ def pack_folder(
             raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
     results = [done[p] for p, _ in parts]
     shards, extra = writer.finish(results, scan.classes)
-    skipped = [s for r in results for s in r.skipped]
+    skipped = scan.skipped + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         raise ImgpackError(
-            f"{src}: every image was skipped ({len(skipped)}); first reason: "
+            f"{scan.root}: every image was skipped ({len(skipped)}); first reason: "
             f"{skipped[0]['path']}: {skipped[0]['reason'] if skipped else '-'}"
         )
     manifest = Manifest(
@@ -269,7 +269,12 @@ def pack_folder(
         preprocess=spec.to_dict(),
         shards=shards,
         skipped=skipped,
-        extra={**extra, "source": str(Path(src).resolve()), "empty_classes": scan.empty_classes},
+        extra={
+            **extra,
+            "source": str(Path(scan.root).resolve()),
+            "empty_classes": scan.empty_classes,
+            **scan.extra,
+        },
     )
     write_manifest(out, manifest)
     (out / PROGRESS_NAME).unlink(missing_ok=True)

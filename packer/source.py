@@ -44,6 +44,8 @@ class SourceScan:
     items: list[SourceItem]
     empty_classes: list[str] = field(default_factory=list)
     ignored: int = 0  # non-image and hidden files
+    skipped: list[dict[str, str]] = field(default_factory=list)  # refused while scanning, with reasons
+    extra: dict[str, str] = field(default_factory=dict)  # recorded in the manifest's extra
 
     def __len__(self) -> int:
         return len(self.items)
