@@ -39,7 +39,7 @@ def list_kind(path: Path) -> str:
     kind = LIST_KINDS.get(path.suffix.lower())
     if kind is None:
         raise ImgpackError(
-            f"{path}: unknown list type {path.suffix!r}; name it .csv, .tsv (or .txt, tab-separated) or .jsonl"
+            f"{path}: unknown list type {path.suffix!r}; name it .csv, .tsv (or tab-separated .txt) or .jsonl"
         )
     return kind
 
