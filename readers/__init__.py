@@ -28,6 +28,8 @@ _EXPORTS = {
     "ChecksumError": "readers.errors",
     "open_reader": "readers.formats",
     "dali_loader": "readers.dali",
+    "mix": "readers.mix",
+    "MixedIterable": "readers.mix",
 }
 
 __all__ = sorted(_EXPORTS)
