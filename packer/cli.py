@@ -294,6 +294,7 @@ def _register_optional_commands() -> None:
     for module_name, attr in (
         ("packer.bench_cli", "bench"),
         ("packer.imagelist_cli", "imagelist_command"),
+        ("packer.show_cli", "show"),
     ):
         try:
             module = importlib.import_module(module_name)
