@@ -6,19 +6,62 @@ and drop open handles when pickled, so a reader can be handed to worker processe
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import numpy as np
 
+from readers.errors import ChecksumError, ManifestError
 from readers.manifest import Manifest
 from readers.record import Record
 
 # Indices closer than this are read as one block and the unused records in between dropped:
 # one sequential read beats several small ones.
 MERGE_GAP = 8
+
+
+def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    while block := fileobj.read(chunk):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def open_shard_file(
+    path: str, shard: Any, check_sha: bool, load_index: Callable[[], Any], where: str = ""
+) -> tuple[int, Any]:
+    """A local shard file opened read-only, checked present, as long as the manifest says and
+    (``check_sha``) matching its sha256, with its index from ``load_index()``: ``(fd, index)``.
+    The descriptor is closed again if any check fails; errors name ``where`` (default ``path``)."""
+    where = where or path
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise ManifestError(
+            f"{where}: shard listed in the manifest is missing; copy it again or re-pack the dataset"
+        ) from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < shard.bytes:
+            raise ManifestError(
+                f"{where}: shard is truncated ({size} of {shard.bytes} bytes); "
+                "copy it again or re-pack the dataset"
+            )
+        if check_sha:
+            with open(path, "rb") as fh:
+                actual = sha256_of(fh)
+            if actual != shard.sha256:
+                raise ChecksumError(
+                    f"{where}: shard bytes do not match the manifest sha256 (corrupt or modified); "
+                    "copy it again or re-pack the dataset"
+                )
+        return fd, load_index()
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class FormatReader:

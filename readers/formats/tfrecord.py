@@ -30,8 +30,7 @@ from typing import IO, Any
 import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
-from readers.formats.base import FormatReader
-from readers.formats.tar import sha256_of
+from readers.formats.base import FormatReader, open_shard_file
 from readers.formats.tfexample import ExampleError, decode_example
 from readers.manifest import Shard
 from readers.record import Record
@@ -155,29 +154,9 @@ class TfrecordReader(FormatReader):
 
     def _open(self, position: int) -> _OpenShard:
         shard = self.manifest.shards[position]
-        path = self.root / shard.file
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise ManifestError(
-                f"{path}: shard listed in the manifest is missing; copy it again or re-pack"
-            ) from None
-        try:
-            size = os.fstat(fd).st_size
-            if size < shard.bytes:
-                raise ManifestError(
-                    f"{path}: shard is truncated ({size} of {shard.bytes} bytes); copy it again"
-                )
-            if self.verify:
-                with open(path, "rb") as fh:
-                    if sha256_of(fh) != shard.sha256:
-                        raise ChecksumError(
-                            f"{path}: shard bytes do not match the manifest sha256; copy it again"
-                        )
-            offsets, sizes = self._load_index(shard)
-        except BaseException:
-            os.close(fd)
-            raise
+        fd, (offsets, sizes) = open_shard_file(
+            str(self.root / shard.file), shard, self.verify, lambda: self._load_index(shard)
+        )
         return _OpenShard(fd, offsets, sizes)
 
     def _load_index(self, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
