@@ -165,7 +165,7 @@ def damaged_copy(root, tmp_path, where) -> tuple:
 @pytest.mark.parametrize(
     "where, message",
     [
-        (lambda offsets, sizes: offsets[3] + sizes[3] - 100, "data fails its CRC32C"),  # image bytes
+        (lambda offsets, sizes: offsets[3] + sizes[3] // 2, "data fails its CRC32C"),  # image bytes
         (lambda offsets, sizes: offsets[3] + 2, "length fails its CRC"),  # the length field
     ],
     ids=["data", "length"],
@@ -209,3 +209,15 @@ def test_cli_packs_tfrecord_and_verify_passes(sample_dir, tmp_path):
     )
     assert run_cli("verify", out).returncode == 0
     label_runs_match_the_records(out)
+
+
+def test_check_crc_false_skips_only_the_data_crc(packed, tmp_path):
+    root = packed("tfrecord", options={"samples_per_shard": 16}, **PNG)
+    copy, _ = damaged_copy(root, tmp_path, lambda offsets, sizes: offsets[3] + sizes[3] // 2)
+    unchecked = open_dataset(copy, decode="bytes", reader_options={"check_crc": False})
+    assert unchecked[3][0] != open_dataset(root, decode="bytes")[3][0]  # the flipped byte goes through
+    with pytest.raises(ChecksumError, match="data fails its CRC32C"):
+        open_dataset(copy, decode="bytes", verify=True, reader_options={"check_crc": False})[3]
+    lengths, _ = damaged_copy(root, tmp_path / "l", lambda offsets, sizes: offsets[3] + 2)
+    with pytest.raises(ChecksumError, match="length fails its CRC"):
+        open_dataset(lengths, decode="bytes", reader_options={"check_crc": False})[3]
