@@ -14,7 +14,7 @@ from packer.formats.tar import image_ext
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.formats.tfexample import encode_example
-from readers.formats.tfrecord import FORMAT_NAMES, format_index, frame, shard_name
+from readers.formats.tfrecord import FORMAT_NAMES, META_FEATURE, format_index, frame, shard_name
 from readers.manifest import Shard
 
 
@@ -23,6 +23,7 @@ def example_bytes(sample: PackedSample) -> bytes:
     image_format = FORMAT_NAMES.get(sample.encoding) or image_ext(sample).upper()
     return encode_example(
         {
+            META_FEATURE.decode(): [sample.label, sample.height, sample.width, sample.channels],
             "image/encoded": sample.data,
             "image/format": image_format,
             "image/height": sample.height,

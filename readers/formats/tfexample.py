@@ -107,8 +107,38 @@ def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def _varint_at(view: memoryview, pos: int, end: int) -> tuple[int, int]:
+    """``_read_varint`` with the one-byte case (tags, small lengths) inline."""
+    if pos < end and view[pos] < 0x80:
+        return view[pos], pos + 1
+    return _read_varint(view, pos, end)
+
+
+def _fast_feature(view: memoryview) -> list | None:
+    """One bytes value or packed int64 values laid out as TensorFlow writes them, else None."""
+    end = len(view)
+    if end < 2 or view[0] not in (0x0A, 0x1A):  # bytes_list / int64_list, length-delimited
+        return None
+    size, pos = _varint_at(view, 1, end)
+    if pos + size != end or pos >= end or view[pos] != 0x0A:  # value = 1, length-delimited
+        return None
+    length, pos = _varint_at(view, pos + 1, end)
+    if pos + length != end:
+        return None
+    if view[0] == 0x0A:
+        return [view[pos:end]]
+    values = []
+    while pos < end:
+        value, pos = _varint_at(view, pos, end)
+        values.append(_signed(value))
+    return values
+
+
 def decode_feature(view: memoryview) -> list:
     """The values of a ``Feature``: memoryviews (bytes_list), ints (int64_list) or floats."""
+    fast = _fast_feature(view)
+    if fast is not None:
+        return fast
     for kind, _, payload in fields(view):
         values: list = []
         for number, wire, item in fields(payload):
@@ -131,24 +161,95 @@ def decode_feature(view: memoryview) -> list:
     return []
 
 
-def decode_example(data: Buffer) -> dict[str, list]:
-    """Feature name -> values of a serialized ``Example`` (bytes values are zero-copy views)."""
+def _skip(view: memoryview, key: int, pos: int, end: int) -> int:
+    """Position after the value of a field with tag ``key`` that is not wanted."""
+    wire = key & 7
+    if wire == VARINT:
+        return _varint_at(view, pos, end)[1]
+    if wire == LEN:
+        size, pos = _varint_at(view, pos, end)
+        return pos + size
+    if wire in (FIXED64, FIXED32):
+        return pos + (8 if wire == FIXED64 else 4)
+    raise ExampleError(f"unsupported wire type {wire} for field {key >> 3}")
+
+
+def leading_entries(data: Buffer, count: int) -> list[tuple[bytes, memoryview]]:
+    """The first ``count`` (name, Feature) entries of a serialized ``Example``, in file order,
+    without walking the rest: a reader that knows what its writer put first stops early."""
+    view = memoryview(data)
+    end = len(view)
+    if end < 2 or view[0] != 0x0A:
+        return []
+    size, pos = _varint_at(view, 1, end)
+    features_end = min(end, pos + size)
+    out = []
+    try:
+        while pos < features_end and len(out) < count:
+            if view[pos] != 0x0A:
+                return out
+            size, pos = _varint_at(view, pos + 1, features_end)
+            entry_end = pos + size
+            if entry_end > features_end or view[pos] != 0x0A:
+                return out
+            size, pos = _varint_at(view, pos + 1, entry_end)
+            name, pos = bytes(view[pos : pos + size]), pos + size
+            if pos >= entry_end or view[pos] != 0x12:
+                return out
+            size, pos = _varint_at(view, pos + 1, entry_end)
+            if pos + size != entry_end:
+                return out
+            out.append((name, view[pos:entry_end]))
+            pos = entry_end
+    except (IndexError, ExampleError):
+        return out
+    return out
+
+
+def decode_example(data: Buffer, wanted: frozenset[bytes] | None = None) -> dict[str, list]:
+    """Feature name -> values of a serialized ``Example`` (bytes values are zero-copy views).
+
+    ``wanted`` (names as bytes) limits decoding to those features; the others are skipped. The
+    three message levels above a feature are walked inline: this runs once per record read.
+    """
     view = memoryview(data)
     out: dict[str, list] = {}
+    pos, end = 0, len(view)
     try:
-        for number, wire, features in fields(view):
-            if number != 1 or wire != LEN:
+        while pos < end:
+            key, pos = _varint_at(view, pos, end)
+            if key != 0x0A:  # Example.features
+                pos = _skip(view, key, pos, end)
                 continue
-            for entry_number, entry_wire, entry in fields(features):
-                if entry_number != 1 or entry_wire != LEN:
+            size, pos = _varint_at(view, pos, end)
+            features_end = pos + size
+            while pos < features_end:
+                key, pos = _varint_at(view, pos, features_end)
+                if key != 0x0A:  # Features.feature (a map entry)
+                    pos = _skip(view, key, pos, features_end)
                     continue
-                name, value = "", None
-                for part, part_wire, payload in fields(entry):
-                    if part == 1 and part_wire == LEN:
-                        name = bytes(payload).decode("utf-8")
-                    elif part == 2 and part_wire == LEN:
-                        value = payload
-                out[name] = decode_feature(value) if value is not None else []
+                size, pos = _varint_at(view, pos, features_end)
+                entry_end = pos + size
+                name, value = b"", None
+                while pos < entry_end:
+                    key, pos = _varint_at(view, pos, entry_end)
+                    if key == 0x0A or key == 0x12:  # entry key / entry value
+                        size, pos = _varint_at(view, pos, entry_end)
+                        if key == 0x0A:
+                            name = bytes(view[pos : pos + size])
+                        else:
+                            value = view[pos : pos + size]
+                        pos += size
+                    else:
+                        pos = _skip(view, key, pos, entry_end)
+                if pos != entry_end or entry_end > features_end:
+                    raise ExampleError("a feature entry runs past the end of its message")
+                if wanted is None or name in wanted:
+                    out[name.decode("utf-8")] = decode_feature(value) if value is not None else []
+            if pos != features_end or features_end > end:
+                raise ExampleError("the features run past the end of the example")
     except UnicodeDecodeError as exc:
         raise ExampleError(f"feature name is not UTF-8 ({exc})") from None
+    except IndexError:
+        raise ExampleError("truncated message") from None
     return out

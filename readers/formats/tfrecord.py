@@ -11,7 +11,10 @@ On-disk layout (shared with the writer in packer/formats/tfrecord.py):
   ``image/height``, ``image/width``, ``image/channels``, ``image/colorspace`` (``RGB``/``L``),
   ``image/class/label`` (int64, the index into the manifest's ``classes``; 0-based, unlike the
   1-based labels of TensorFlow's inception scripts that reserve 0 for "background"),
-  ``image/filename`` (the source path). Raw images are ``height x width x channels`` uint8 bytes;
+  ``image/filename`` (the source path). Raw images are ``height x width x channels`` uint8 bytes.
+  imgpack writes ``imgpack/meta`` (int64 label, height, width, channels) first and
+  ``image/encoded`` second, so its reader parses two entries per record instead of all of them
+  (records without that lead are parsed by name);
 - ``shard-000000.idx`` is the index DALI's ``tfrecord2idx`` writes: one line per record,
   ``<byte offset of the record> <record size including the framing>``. imgpack reads it once per
   process and reads a block of consecutive records with one ``pread``.
@@ -32,7 +35,7 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file
-from readers.formats.tfexample import ExampleError, decode_example
+from readers.formats.tfexample import ExampleError, decode_example, decode_feature, leading_entries
 from readers.manifest import Manifest, Shard
 from readers.record import Record
 
@@ -40,6 +43,10 @@ LENGTH = struct.Struct("<QI")  # length, masked crc of the length
 FOOTER = struct.Struct("<I")  # masked crc of the data
 FRAMING = LENGTH.size + FOOTER.size
 MASK_DELTA = 0xA282EAD8
+META_FEATURE = b"imgpack/meta"  # int64 [label, height, width, channels], written first
+RECORD_FEATURES = frozenset(
+    (b"image/encoded", b"image/class/label", b"image/height", b"image/width", b"image/channels")
+)
 FORMAT_NAMES = {"jpeg": "JPEG", "png": "PNG", "bmp": "BMP", "raw": "RAW"}
 
 
@@ -105,25 +112,29 @@ def scan_records(fileobj: IO[bytes], where: str) -> tuple[list[int], list[int]]:
     return offsets, sizes
 
 
-def unframe(view: memoryview, where: str, check_data: bool = True) -> memoryview:
+def unframe(view: memoryview, check_data: bool = True) -> memoryview:
     """The data of one framed record, after checking its CRCs (the data's if ``check_data``)."""
     if len(view) < FRAMING:
-        raise ChecksumError(f"{where}: record shorter than its framing; the file is truncated")
+        raise ChecksumError("record shorter than its framing; the file is truncated")
     length, length_crc = LENGTH.unpack_from(view)
     if masked_crc(view[:8]) != length_crc or length != len(view) - FRAMING:
-        raise ChecksumError(f"{where}: record length fails its CRC or disagrees with the index; corrupt file")
+        raise ChecksumError("record length fails its CRC or disagrees with the index; corrupt file")
     data = view[LENGTH.size : LENGTH.size + length]
     (data_crc,) = FOOTER.unpack_from(view, LENGTH.size + length)
     if check_data and masked_crc(data) != data_crc:
-        raise ChecksumError(
-            f"{where}: record data fails its CRC32C; the file is corrupt (re-pack or copy it again)"
-        )
+        raise ChecksumError("record data fails its CRC32C; the file is corrupt (re-pack or copy it again)")
     return data
 
 
-def example_record(data: memoryview, encoding: str, where: str) -> Record:
+def example_record(data: memoryview, encoding: str) -> Record:
+    """The Record of one ``Example``: from its two leading features when they are imgpack's
+    (``imgpack/meta`` then ``image/encoded``), else by name from the whole message."""
     try:
-        features = decode_example(data)
+        lead = leading_entries(data, 2)
+        if len(lead) == 2 and lead[0][0] == META_FEATURE and lead[1][0] == b"image/encoded":
+            label, height, width, channels = decode_feature(lead[0][1])
+            return Record(decode_feature(lead[1][1])[0], label, height, width, channels, encoding)
+        features = decode_example(data, RECORD_FEATURES)
         return Record(
             features["image/encoded"][0],
             features["image/class/label"][0],
@@ -132,10 +143,8 @@ def example_record(data: memoryview, encoding: str, where: str) -> Record:
             features.get("image/channels", [3])[0],
             encoding,
         )
-    except (ExampleError, KeyError, IndexError) as exc:
-        raise ManifestError(
-            f"{where}: not an imgpack tf.train.Example ({exc!r} missing or malformed)"
-        ) from None
+    except (ExampleError, KeyError, IndexError, ValueError) as exc:
+        raise ManifestError(f"not an imgpack tf.train.Example ({exc!r} missing or malformed)") from None
 
 
 class _OpenShard:
@@ -203,12 +212,13 @@ class TfrecordReader(FormatReader):
             raise ManifestError(f"{path}: shard is truncated (short read at byte {base}); copy it again")
         view = memoryview(data)
         records = []
-        for k, (offset, size) in enumerate(zip(opened.offsets[a:b].tolist(), opened.sizes[a:b].tolist())):
-            where = f"{path}: record {a + k} (sample {shard.first + a + k})"
-            start = offset - base
-            records.append(
-                example_record(
-                    unframe(view[start : start + size], where, self.check_crc), self.manifest.encoding, where
-                )
-            )
+        encoding, check = self.manifest.encoding, self.check_crc
+        k = a
+        try:
+            for offset, size in zip(opened.offsets[a:b].tolist(), opened.sizes[a:b].tolist()):
+                start = offset - base
+                records.append(example_record(unframe(view[start : start + size], check), encoding))
+                k += 1
+        except (ChecksumError, ManifestError) as exc:
+            raise type(exc)(f"{path}: record {k} (sample {shard.first + k}): {exc}") from None
         return records
