@@ -81,10 +81,11 @@ def read_rows(
                 raise ImgpackError(f"{list_path}: line {number} is not JSON ({exc.msg})") from None
             if not isinstance(entry, dict):
                 raise ImgpackError(f"{list_path}: line {number} is not a JSON object")
-            keys = list(entry)
-            p = _pick(keys, path_column, PATH_COLUMNS, "path", list_path)
-            lab = _pick(keys, label_column, LABEL_COLUMNS, "label", list_path)
-            rows.append(Row(number, str(entry[p]), entry[lab]))
+            if not rows:  # the first object names the keys; later rows lacking one are skipped
+                keys = list(entry)
+                path_key = _pick(keys, path_column, PATH_COLUMNS, "path", list_path)
+                label_key = _pick(keys, label_column, LABEL_COLUMNS, "label", list_path)
+            rows.append(Row(number, str(entry.get(path_key, "")), entry.get(label_key, "")))
         return rows
     table = list(csv.reader(text.splitlines(), delimiter="," if kind == "csv" else "\t"))
     numbered = [(n, r) for n, r in enumerate(table, 1) if any(cell.strip() for cell in r)]
@@ -194,7 +195,9 @@ def scan_list(
             continue
         first_line[rel] = row.line
         label = resolve(row.label) if str(row.label).strip() != "" else None
-        if label is None:
+        if str(row.label).strip() == "":
+            skipped.append({"path": rel, "reason": f"{where}: no label"})
+        elif label is None:
             known = f"{len(classes)} classes" + (f" from {classes_file}" if classes_file else "")
             skipped.append({"path": rel, "reason": f"{where}: unknown label {row.label!r} ({known})"})
         elif not os.path.isfile(full):

@@ -79,6 +79,11 @@ def test_integer_labels_jsonl_and_tsv_without_header(tmp_path):
     ints = [(rel, str(classes.index(name))) for rel, name in rows[:10]]
     jsonl = tmp_path / "l.jsonl"
     jsonl.write_text("".join(json.dumps({"image": r, "target": int(c)}) + "\n" for r, c in ints))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(jsonl.read_text() + json.dumps({"image": rows[11][0]}) + "\n")
+    assert scan_list(broken, SAMPLE_DATA).skipped == [
+        {"path": rows[11][0], "reason": "broken.jsonl line 11: no label"}
+    ]
     tsv = write_csv(tmp_path / "l.tsv", ints, header=None, sep="\t")
     for scan in (scan_list(jsonl, SAMPLE_DATA), scan_list(tsv, SAMPLE_DATA, header=False)):
         assert [(i.rel, i.label) for i in scan.items] == [(r, int(c)) for r, c in ints]
