@@ -227,6 +227,22 @@ def imagefolder(
             click.echo(f"  ... and {report.skipped - 10} more (see `pack info {out} --json`)")
 
 
+def info_details(manifest) -> list[str]:
+    """Stored size range, upscaled count and skip reasons for ``pack info`` (when recorded)."""
+    from packer.stats import reason_summary
+
+    lines = []
+    stored = manifest.extra.get("stored") or {}
+    if "min_height" in stored:
+        lines.append(
+            f"stored    {stored['min_height']}-{stored['max_height']} x {stored['min_width']}-"
+            f"{stored['max_width']} px (height x width), {stored['upscaled']} upscaled by the resize"
+        )
+    lines += [f"  {count} x {reason}" for reason, count in reason_summary(manifest.skipped)]
+    lines += [f"  skipped {s['path']}: {s['reason']}" for s in manifest.skipped[:10]]
+    return lines
+
+
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
@@ -251,7 +267,7 @@ def info(dataset: str, as_json: bool) -> None:
         f"skipped   {len(manifest.skipped)}",
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
-    lines += [f"  skipped {s['path']}: {s['reason']}" for s in manifest.skipped[:10]]
+    lines += info_details(manifest)
     click.echo("\n".join(lines))
 
 

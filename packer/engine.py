@@ -31,6 +31,7 @@ from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
 from packer.source import SourceItem, SourceScan, scan_folder
+from packer.stats import add_sample, merge_stats, new_stats
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, Manifest, Shard, write_atomic, write_manifest
 
@@ -111,6 +112,7 @@ def write_part(
     """Feed one part's results to a fresh part writer; failures become skips (or an error)."""
     part_writer = writer.open_part(part)
     skipped: list[dict[str, str]] = []
+    stored = new_stats()
     try:
         for result in results:
             if isinstance(result, tuple):
@@ -120,6 +122,7 @@ def write_part(
                 skipped.append({"path": rel, "reason": reason})
             else:
                 part_writer.add(result)
+                add_sample(stored, result, writer.spec)
             tick(1)
         shards = part_writer.close()
     except OSError as exc:
@@ -130,7 +133,7 @@ def write_part(
     except BaseException:
         part_writer.abort()
         raise
-    return PartResult(part, shards, skipped, part_writer.summary())
+    return PartResult(part, shards, skipped, {**part_writer.summary(), "stored": stored})
 
 
 # -- progress and resume -------------------------------------------------------------------------
@@ -203,10 +206,13 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> 
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     stream = preprocessed([item for _, items in todo for item in items], spec, workers)
-    for p, items in todo:
-        results = (next(stream) for _ in range(len(items)))
-        done[p] = write_part(writer, p, results, on_error, progress.update)
-        save()
+    try:
+        for p, items in todo:
+            results = (next(stream) for _ in range(len(items)))
+            done[p] = write_part(writer, p, results, on_error, progress.update)
+            save()
+    finally:  # shut the pool down here, not whenever (and in whichever thread) GC finds the generator
+        stream.close()
 
 
 def pack_folder(
@@ -273,6 +279,7 @@ def pack_folder(
             **extra,
             "source": str(Path(scan.root).resolve()),
             "empty_classes": scan.empty_classes,
+            "stored": merge_stats([r.extra.get("stored", {}) for r in results]),
             **scan.extra,
         },
     )
