@@ -294,8 +294,8 @@ def verify(dataset: str, no_decode: bool, as_json: bool) -> None:
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 def reindex(dataset: str) -> None:
-    """Rebuild the .idx files of the tar DATASET from its shards."""
-    from packer.formats.tar import reindex as rebuild
+    """Rebuild the .idx files of the tar or tfrecord DATASET from its shards."""
+    from packer.formats.rolling import reindex as rebuild
 
     written = rebuild(dataset)
     click.echo(f"{dataset}: wrote {len(written)} index file(s)")

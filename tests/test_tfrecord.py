@@ -187,9 +187,11 @@ def test_missing_index_is_rebuilt_with_a_warning(packed, tmp_path):
     copy = tmp_path / "noidx"
     shutil.copytree(root, copy)
     (copy / "shard-000001.idx").unlink()
-    with pytest.warns(UserWarning, match="shard-000001.idx: index missing"):
+    with pytest.warns(UserWarning, match="shard-000001.idx: index missing.*pack reindex"):
         ours = [bytes(r.data) for r in open_reader(copy).read_block(0, 44)]
     assert ours == [bytes(r.data) for r in open_reader(root).read_block(0, 44)]
+    run_cli("reindex", copy, check=True)
+    assert (copy / "shard-000001.idx").read_text() == (root / "shard-000001.idx").read_text()
 
 
 def test_cli_packs_tfrecord_and_verify_passes(sample_dir, tmp_path):

@@ -151,3 +151,37 @@ class RollingWriter(FormatWriter):
                 shards.append(Shard(name, first, shard.count, shard.bytes, shard.sha256))
                 first += shard.count
         return shards
+
+
+# Formats whose shards have ``.idx`` files: name -> "module:function(fileobj, where) -> (count, text)".
+INDEXERS = {"tar": "packer.formats.tar:shard_index", "tfrecord": "packer.formats.tfrecord:shard_index"}
+
+
+def reindex(dataset: str | os.PathLike) -> list[str]:
+    """Rebuild every shard's ``.idx`` of a tar or tfrecord DATASET from the shards; the files written."""
+    from readers.formats import load_registered
+    from readers.manifest import read_manifest, write_atomic
+
+    root = Path(dataset)
+    manifest = read_manifest(root)
+    unknown = ImgpackError(
+        f"{root}: is a {manifest.format} dataset; only tar and tfrecord datasets have .idx files"
+    )
+    shard_index = load_registered(INDEXERS, manifest.format, unknown)
+    written = []
+    for shard in manifest.shards:
+        path = root / shard.file
+        if not path.is_file():
+            raise ImgpackError(f"{path}: shard listed in the manifest is missing; re-pack the dataset")
+        with open(path, "rb") as fh:
+            count, text = shard_index(fh, str(path))
+        if count != shard.count:
+            raise ImgpackError(
+                f"{path}: holds {count} samples but the manifest says {shard.count} "
+                "(truncated or replaced?); re-pack the dataset"
+            )
+        target = index_path(path)
+        write_atomic(target, text)
+        os.chmod(target, 0o644)
+        written.append(str(target))
+    return written

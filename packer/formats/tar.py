@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import tarfile
-from pathlib import Path
 
 from packer.formats.base import PartResult, add_label_runs
 from packer.formats.rolling import RollingPartWriter, RollingWriter
@@ -157,29 +156,9 @@ class TarWriter(RollingWriter):
             ]
 
 
-def reindex(dataset: str | os.PathLike) -> list[str]:
-    """Rebuild every shard's ``.idx`` of the tar DATASET from the shards; the index files written."""
+def shard_index(fileobj, where: str) -> tuple[int, str]:
+    """(samples, index text) of one tar shard, read from the shard itself (``pack reindex``)."""
     from readers.formats.tar import scan_tar
-    from readers.manifest import read_manifest, write_atomic
 
-    root = Path(dataset)
-    manifest = read_manifest(root)
-    if manifest.format != "tar":
-        raise ImgpackError(f"{root}: is a {manifest.format} dataset; only tar datasets have .idx files")
-    written = []
-    for shard in manifest.shards:
-        path = root / shard.file
-        if not path.is_file():
-            raise ImgpackError(f"{path}: shard listed in the manifest is missing; re-pack the dataset")
-        with open(path, "rb") as fh:
-            samples = scan_tar(fh)
-        if len(samples) != shard.count:
-            raise ImgpackError(
-                f"{path}: holds {len(samples)} samples but the manifest says {shard.count} "
-                "(truncated or replaced?); re-pack the dataset"
-            )
-        target = root / index_name(shard.file)
-        write_atomic(target, format_index(samples))
-        os.chmod(target, 0o644)
-        written.append(str(target))
-    return written
+    samples = scan_tar(fileobj)
+    return len(samples), format_index(samples)

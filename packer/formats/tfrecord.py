@@ -14,7 +14,7 @@ from packer.formats.tar import image_ext
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.formats.tfexample import encode_example
-from readers.formats.tfrecord import FORMAT_NAMES, META_FEATURE, format_index, frame, shard_name
+from readers.formats.tfrecord import FORMAT_NAMES, META_FEATURE, format_index, frame, scan_records, shard_name
 from readers.manifest import Shard
 
 
@@ -65,3 +65,9 @@ class TfrecordWriter(RollingWriter):
         for result in results:
             add_label_runs(runs, result.extra.get("label_runs", []), counted=True)
         return self.place_shards(results), {"index": "tfrecord2idx", "label_runs": runs}
+
+
+def shard_index(fileobj, where: str) -> tuple[int, str]:
+    """(records, index text) of one TFRecord shard, read from the shard itself (``pack reindex``)."""
+    offsets, sizes = scan_records(fileobj, where)
+    return len(offsets), format_index(offsets, sizes)

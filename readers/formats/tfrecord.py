@@ -86,10 +86,14 @@ def parse_index(text: str, where: str) -> tuple[np.ndarray, np.ndarray]:
     try:
         table = np.array(text.split(), dtype=np.int64).reshape(-1, 2)
     except ValueError as exc:
-        raise ManifestError(f"{where}: malformed tfrecord index ({exc}); delete it to rebuild") from None
+        raise ManifestError(
+            f"{where}: malformed tfrecord index ({exc}); rebuild it with `pack reindex DATASET`"
+        ) from None
     offsets, sizes = table[:, 0], table[:, 1]
     if len(offsets) and (np.any(sizes < FRAMING) or np.any(offsets[1:] != offsets[:-1] + sizes[:-1])):
-        raise ManifestError(f"{where}: tfrecord index entries do not follow each other; delete it to rebuild")
+        raise ManifestError(
+            f"{where}: index entries do not follow each other; rebuild it with `pack reindex DATASET`"
+        )
     return offsets, sizes
 
 
@@ -186,16 +190,21 @@ class TfrecordReader(FormatReader):
             offsets, sizes = parse_index(idx.read_text("ascii"), str(idx))
         except FileNotFoundError:
             warnings.warn(
-                f"{idx}: index missing; rebuilding it in memory from the shard (slow)", stacklevel=4
+                f"{idx}: index missing; rebuilding it from the shard (slow); "
+                f"write it back with `pack reindex {self.root}`",
+                stacklevel=4,
             )
             with open(path, "rb") as fh:
                 offsets, sizes = map(np.asarray, scan_records(fh, str(path)))
         if len(offsets) != shard.count:
             raise ManifestError(
-                f"{idx}: lists {len(offsets)} records, the manifest {shard.count}; delete it to rebuild"
+                f"{idx}: lists {len(offsets)} records, the manifest {shard.count}; "
+                f"rebuild it with `pack reindex {self.root}`"
             )
         if len(offsets) and int(offsets[-1] + sizes[-1]) > shard.bytes:
-            raise ManifestError(f"{idx}: points past the end of {path}; delete it to rebuild")
+            raise ManifestError(
+                f"{idx}: points past the end of {path}; rebuild it with `pack reindex DATASET`"
+            )
         return offsets, sizes
 
     def _close_handle(self, handle: Any) -> None:
