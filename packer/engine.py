@@ -167,7 +167,7 @@ def write_part(
     except BaseException:
         part_writer.abort()
         raise
-    return PartResult(part, shards, skipped, {SIZES_KEY: sizes.to_dict()})
+    return PartResult(part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict()})
 
 
 def _one_line(exc: OSError) -> str:
@@ -245,7 +245,7 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> 
 
 
 def pack_folder(
-    src: str | os.PathLike,
+    src: str | os.PathLike | SourceScan,
     out: str | os.PathLike,
     fmt: str = "lmdb",
     spec: PreprocessSpec | None = None,
@@ -259,7 +259,7 @@ def pack_folder(
     quiet: bool = True,
     ray_address: str | None = None,
 ) -> PackReport:
-    """Pack the image folder ``src`` into ``out`` in format ``fmt``; see the module docstring."""
+    """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
@@ -268,7 +268,7 @@ def pack_folder(
     workers = max(1, workers or os.cpu_count() or 1)
     out = Path(out)
     writer_class(fmt)(out, spec, options)  # option errors before anything is touched
-    scan = scan_folder(src)
+    scan = src if isinstance(src, SourceScan) else scan_folder(src)
     check_not_source(scan.root, out)
     work, lock = open_output(out, force, resume)
     try:
@@ -320,7 +320,7 @@ def _pack_into(
     results = [done[p] for p, _ in parts]
     with _writing(work, "dataset"):
         shards, extra = writer.finish(results, scan.classes)
-    skipped = scan.not_read + [s for r in results for s in r.skipped]
+    skipped = scan.skipped + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
         raise ImgpackError(f"{scan.root}: every image was skipped ({len(skipped)}); first reason: {first}")
@@ -333,7 +333,8 @@ def _pack_into(
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
-        extra={**extra, "source": str(scan.root.resolve()), "empty_classes": scan.empty_classes},
+        extra={**extra, "source": str(scan.root.resolve()), "empty_classes": scan.empty_classes}
+        | scan.extra,
     )
     with _writing(work, "manifest"):
         write_manifest(work, manifest)

@@ -4,7 +4,7 @@ Classes are the sorted names of the top-level directories; files are found recur
 each class (extensions case-insensitive, hidden files and directories ignored, symlinked
 directories followed once) and ordered by class, then by relative path. A symlinked directory
 that loops (points to a folder containing it) or leads into another class folder is not followed,
-and a folder that cannot be listed is not silently dropped: both are recorded in ``not_read``
+and a folder that cannot be listed is not silently dropped: both are recorded in ``skipped``
 (they become entries of the manifest's ``skipped``). A sample's index in
 this order is its identity everywhere else (keys, shard ranges, manifests).
 """
@@ -48,7 +48,8 @@ class SourceScan:
     items: list[SourceItem]
     empty_classes: list[str] = field(default_factory=list)
     ignored: int = 0  # non-image and hidden files
-    not_read: list[dict[str, str]] = field(default_factory=list)  # folders skipped, with the reason
+    skipped: list[dict[str, str]] = field(default_factory=list)  # not packed, with the reason
+    extra: dict[str, str] = field(default_factory=dict)  # recorded in the manifest's extra
 
     def __len__(self) -> int:
         return len(self.items)
@@ -147,12 +148,12 @@ def scan_folder(root: str | os.PathLike) -> SourceScan:
         )
     items: list[SourceItem] = []
     empty: list[str] = []
-    not_read: list[dict[str, str]] = []
+    skipped: list[dict[str, str]] = []
     ignored = 0
     for label, name in enumerate(classes):
-        files, skipped, problems = _class_files(root / name, root)
-        ignored += skipped
-        not_read += problems
+        files, hidden, problems = _class_files(root / name, root)
+        ignored += hidden
+        skipped += problems
         if not files:
             empty.append(name)
         for rel in files:
@@ -163,4 +164,4 @@ def scan_folder(root: str | os.PathLike) -> SourceScan:
         raise ImgpackError(
             f"{root}: no image files in any class folder (looked for {', '.join(IMAGE_EXTENSIONS)})"
         )
-    return SourceScan(root, classes, items, empty, ignored, not_read)
+    return SourceScan(root, classes, items, empty, ignored, skipped)

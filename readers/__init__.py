@@ -31,6 +31,8 @@ _EXPORTS = {
     "make_loader": "readers.loader",
     "PackedLoader": "readers.loader",
     "ResumeError": "readers.resume",
+    "mix": "readers.mix",
+    "MixedIterable": "readers.mix",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,6 +16,7 @@ READERS: dict[str, str] = {
     "tar": "readers.formats.tar:TarReader",
     "hdf5": "readers.formats.hdf5:Hdf5Reader",
     "bmp": "readers.formats.bmp:BmpReader",
+    "tfrecord": "readers.formats.tfrecord:TfrecordReader",
 }
 
 

@@ -6,19 +6,62 @@ and drop open handles when pickled, so a reader can be handed to worker processe
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import numpy as np
 
+from readers.errors import ChecksumError, ManifestError
 from readers.manifest import Manifest
 from readers.record import Record
 
 # Indices closer than this are read as one block and the unused records in between dropped:
 # one sequential read beats several small ones.
 MERGE_GAP = 8
+
+
+def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    while block := fileobj.read(chunk):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def open_shard_file(
+    path: str, shard: Any, check_sha: bool, load_index: Callable[[], Any], where: str = ""
+) -> tuple[int, Any]:
+    """A local shard file opened read-only, checked present, as long as the manifest says and
+    (``check_sha``) matching its sha256, with its index from ``load_index()``: ``(fd, index)``.
+    The descriptor is closed again if any check fails; errors name ``where`` (default ``path``)."""
+    where = where or path
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise ManifestError(
+            f"{where}: shard listed in the manifest is missing; copy it again or re-pack the dataset"
+        ) from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < shard.bytes:
+            raise ManifestError(
+                f"{where}: shard is truncated ({size} of {shard.bytes} bytes); "
+                "copy it again or re-pack the dataset"
+            )
+        if check_sha:
+            with open(path, "rb") as fh:
+                actual = sha256_of(fh)
+            if actual != shard.sha256:
+                raise ChecksumError(
+                    f"{where}: shard bytes do not match the manifest sha256 (corrupt or modified); "
+                    "copy it again or re-pack the dataset"
+                )
+        return fd, load_index()
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class FormatReader:
@@ -58,8 +101,19 @@ class FormatReader:
         return records
 
     def labels(self) -> np.ndarray:
-        """Every sample's label (int64), ideally without touching the image bytes."""
-        return np.fromiter((self.read(i).label for i in range(len(self))), dtype=np.int64, count=len(self))
+        """Every sample's label (int64): from the manifest's ``label_runs`` where the writer
+        recorded them ([[label, count], ...], tar and tfrecord), else read record by record."""
+        cached = self.__dict__.get("_label_array")
+        if cached is not None:
+            return cached
+        runs = self.manifest.extra.get("label_runs")
+        if runs is not None:
+            values, counts = zip(*runs) if runs else ((), ())
+            labels = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
+        else:
+            labels = np.fromiter((self.read(i).label for i in range(len(self))), np.int64, count=len(self))
+        self._label_array = labels
+        return labels
 
     def checksum_path(self, shard) -> Path:
         """The file whose sha256 the manifest records for ``shard``."""

@@ -17,7 +17,6 @@ or downloaded whole into a local ``cache_dir`` and read from there.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tarfile
@@ -28,7 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
-from readers.formats.base import FormatReader
+from readers.formats.base import FormatReader, open_shard_file, sha256_of
 from readers.manifest import Manifest, Shard
 from readers.record import Record
 from readers.remote import ShardCache, is_url, join_url, url_fs
@@ -130,13 +129,6 @@ def parse_index(text: str, where: str) -> ShardIndex:
     return ShardIndex(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
 
 
-def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    while block := fileobj.read(chunk):
-        digest.update(block)
-    return digest.hexdigest()
-
-
 class _OpenShard:
     """One shard in this process: its index and a way to read byte ranges of it."""
 
@@ -176,7 +168,6 @@ class TarReader(FormatReader):
         self.cache_dir = cache_dir
         self.cache_size = cache_size
         self.storage_options = dict(storage_options or {})
-        self._labels: np.ndarray | None = None
 
     # -- where things are ---------------------------------------------------------------------
     def location(self, name: str) -> str:
@@ -207,26 +198,13 @@ class TarReader(FormatReader):
 
     def _open_local(self, shard: Shard, where: str, local_path: str = "", verified: bool = False):
         path = local_path or where
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise ManifestError(
-                f"{where}: shard listed in the manifest is missing; copy it again or re-pack the dataset"
-            ) from None
-        try:
-            size = os.fstat(fd).st_size
-            if size < shard.bytes:
-                raise ManifestError(
-                    f"{where}: shard is truncated ({size} of {shard.bytes} bytes); "
-                    "copy it again or re-pack the dataset"
-                )
-            if self.verify and not verified:
-                with open(path, "rb") as fh:
-                    self._check_sha(shard, where, sha256_of(fh))
-            index = self._load_index(shard, where, lambda: open(path, "rb"))
-        except BaseException:
-            os.close(fd)
-            raise
+        fd, index = open_shard_file(
+            path,
+            shard,
+            self.verify and not verified,
+            lambda: self._load_index(shard, where, lambda: open(path, "rb")),
+            where,
+        )
         return _OpenShard(index, fd=fd)
 
     def _check_sha(self, shard: Shard, where: str, actual: str) -> None:
@@ -310,13 +288,3 @@ class TarReader(FormatReader):
                     f"metadata ({exc}); the shard or its index is corrupt, run `pack verify`"
                 ) from None
         return records
-
-    def labels(self) -> np.ndarray:
-        if self._labels is None:
-            runs = self.manifest.extra.get("label_runs")
-            if runs is not None:
-                values, counts = zip(*runs) if runs else ((), ())
-                self._labels = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
-            else:
-                self._labels = super().labels()
-        return self._labels
