@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from readers.errors import ManifestError
+from readers.manifest_schema import check_schema
 
 MANIFEST_NAME = "manifest.json"
-FORMAT_VERSION = 1
+# 2: the per-record checksums of LMDB and HDF5 also cover the label and the shape fields.
+FORMAT_VERSION = 2
 ENCODINGS = ("jpeg", "png", "raw", "bmp", "original")
 
 
@@ -65,42 +67,15 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "manifest") -> Manifest:
-        required = ("format", "format_version", "num_samples", "classes", "encoding", "shards")
-        missing = [k for k in required if k not in data]
-        if missing:
-            raise ManifestError(f"{where}: missing field(s) {', '.join(missing)}; re-pack the dataset")
-        version = data["format_version"]
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ManifestError(
-                f"{where}: format_version {version!r} is newer than this imgpack supports "
-                f"({FORMAT_VERSION}); upgrade imgpack (pip install -U imgpack)"
-            )
-        try:
-            shards = [Shard(**s) for s in data["shards"]]
-        except TypeError as exc:
-            raise ManifestError(f"{where}: malformed shard entry ({exc}); re-pack the dataset") from None
+        check_schema(data, where, ENCODINGS, FORMAT_VERSION)
+        shards = [Shard(**s) for s in data["shards"]]
         known = {f for f in cls.__dataclass_fields__}
         fields = {k: v for k, v in data.items() if k in known and k != "shards"}
-        manifest = cls(shards=shards, **fields)
-        manifest.validate(where)
-        return manifest
+        return cls(shards=shards, **fields)
 
     def validate(self, where: str = "manifest") -> None:
-        if self.encoding not in ENCODINGS:
-            raise ManifestError(f"{where}: unknown encoding {self.encoding!r}")
-        total = 0
-        for shard in self.shards:
-            if shard.first != total:
-                raise ManifestError(
-                    f"{where}: shard {shard.file} starts at {shard.first}, expected {total}; "
-                    "the manifest is corrupt, re-pack the dataset"
-                )
-            total += shard.count
-        if total != self.num_samples:
-            raise ManifestError(
-                f"{where}: shards hold {total} samples but num_samples is {self.num_samples}; "
-                "the manifest is corrupt, re-pack the dataset"
-            )
+        """Raise ManifestError unless this manifest passes the schema readers check."""
+        check_schema(asdict(self), where, ENCODINGS, FORMAT_VERSION)
 
     def shard_of(self, index: int) -> int:
         """Position in ``shards`` of the shard holding global sample ``index``."""

@@ -17,7 +17,6 @@ or downloaded whole into a local ``cache_dir`` and read from there.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tarfile
@@ -28,7 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
-from readers.formats.base import FormatReader
+from readers.formats.base import FormatReader, sha256_of
 from readers.manifest import Manifest, Shard
 from readers.record import Record
 from readers.remote import ShardCache, is_url, join_url, url_fs
@@ -128,13 +127,6 @@ def parse_index(text: str, where: str) -> ShardIndex:
             f"{where}: malformed index ({exc}); rebuild it with `pack reindex DATASET`"
         ) from None
     return ShardIndex(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
-
-
-def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    while block := fileobj.read(chunk):
-        digest.update(block)
-    return digest.hexdigest()
 
 
 class _OpenShard:
