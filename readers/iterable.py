@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from readers.batch import BatchAssembler, Size
-from readers.decode import OUTPUT_KINDS, decode_record
+from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors
 from readers.formats import open_reader
 from readers.order import OrderSpec, num_chunks, resolve_rank, worker_chunks
 
@@ -153,6 +153,9 @@ class PackedIterable(IterableDataset):
             return
         wanted = np.concatenate([positions[a:b] for a, b in spans])
         records = self.reader.read_many(wanted)
+        yield from naming_decode_errors(self._emit_records(records, spans), self.reader, wanted, records)
+
+    def _emit_records(self, records: list, spans: list[tuple[int, int]]) -> Iterator[Any]:
         cursor = 0
         for a, b in spans:
             part = records[cursor : cursor + (b - a)]

@@ -255,7 +255,7 @@ def reindex(dataset: str | os.PathLike) -> list[str]:
         if not path.is_file():
             raise ImgpackError(f"{path}: shard listed in the manifest is missing; re-pack the dataset")
         with open(path, "rb") as fh:
-            samples = scan_tar(fh)
+            samples = scan_tar(fh, str(path))
         if len(samples) != shard.count:
             raise ImgpackError(
                 f"{path}: holds {len(samples)} samples but the manifest says {shard.count} "

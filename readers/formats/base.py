@@ -129,7 +129,7 @@ class FormatReader:
 
     def checksum_path(self, shard) -> Path:
         """The file whose sha256 the manifest records for ``shard``."""
-        return self.root / shard.file
+        return self.part_path(shard.file)
 
     def _open(self, key: Any) -> Any:
         """Open the handle called ``key`` (a shard position, say) in this process."""
