@@ -149,7 +149,7 @@ class BmpReader(FormatReader):
         index = self.check_index(index)
         idx = self.index
         path = idx.path(index)
-        where = f"{self.describe(index)} ({os.fsdecode(path)})"
+        where = self.describe(index)
         try:
             fd = idx.open(path, where)
             with open(fd, "rb", buffering=0) as fh:
@@ -166,6 +166,9 @@ class BmpReader(FormatReader):
         ):
             raise ChecksumError(f"{where}: does not match its checksum in the cache index (corrupt)")
         return Record(data, label, height, width, channels, "bmp")
+
+    def describe(self, index: int) -> str:
+        return f"{super().describe(index)} ({os.fsdecode(self.index.path(index))})"
 
     def read_block(self, start: int, stop: int) -> list[Record]:
         # One file per image: there is no single sequential read to make here.

@@ -94,6 +94,10 @@ class Hdf5Part:
     def _load(self, n: int, encoding: str) -> None:
         path = self.path
         try:
+            held = self.file["labels"].shape
+            if held[:1] != (n,):
+                count = held[0] if held else 0
+                raise ManifestError(f"{path}: holds {count} samples, the manifest says {n}; re-pack the dataset")
             self.images = self.file["images"]
             self.flat = self.images.ndim == 1
             if self.flat != (encoding != "raw"):
