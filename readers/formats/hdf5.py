@@ -97,7 +97,9 @@ class Hdf5Part:
             held = self.file["labels"].shape
             if held[:1] != (n,):
                 count = held[0] if held else 0
-                raise ManifestError(f"{path}: holds {count} samples, the manifest says {n}; re-pack the dataset")
+                raise ManifestError(
+                    f"{path}: holds {count} samples, the manifest says {n}; re-pack the dataset"
+                )
             self.images = self.file["images"]
             self.flat = self.images.ndim == 1
             if self.flat != (encoding != "raw"):
