@@ -22,6 +22,7 @@ number of retries (``REMOTE_DEFAULTS``; any key the user passes in ``storage_opt
 
 from __future__ import annotations
 
+import copy
 import errno
 import hashlib
 import os
@@ -59,7 +60,8 @@ def bounded_options(url: str, storage_options: dict[str, Any] | None) -> dict[st
     """``storage_options`` with the timeout and retry defaults of the URL's protocol filled in."""
     options = dict(storage_options or {})
     protocol = url.split("://", 1)[0]
-    for key, value in REMOTE_DEFAULTS.get(protocol, {}).items():
+    # Deep-copied: botocore rewrites the retries dict it is given.
+    for key, value in copy.deepcopy(REMOTE_DEFAULTS.get(protocol, {})).items():
         if isinstance(value, dict):
             options[key] = {**value, **options.get(key, {})}
         else:
