@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 from packer.formats.base import file_sha256
+from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
 from readers.errors import ChecksumError, DecodeError, ManifestError
 from readers.formats import open_reader
+from readers.manifest import SEAL_FIELD, seal_of
 from readers.record import ENCODING_CODES, HEADER
 from tests.conftest import cli_env, run_cli
 
@@ -32,10 +34,13 @@ def copy_of(packed, fmt: str, tmp_path: Path) -> Path:
     return root
 
 
-def edit_manifest(root: Path, change) -> None:
+def edit_manifest(root: Path, change, reseal_manifest: bool = True) -> None:
+    """Apply ``change`` to the manifest; by default also update its own checksum (a careful editor)."""
     path = root / "manifest.json"
     data = json.loads(path.read_text())
     change(data)
+    if reseal_manifest:
+        data[SEAL_FIELD] = seal_of(data)
     path.write_text(json.dumps(data))
 
 
@@ -44,12 +49,19 @@ def reseal(root: Path, shard: int, data_file: Path) -> None:
     edit_manifest(root, lambda m: m["shards"][shard].update(sha256=file_sha256(data_file)))
 
 
-def assert_verify_fails(root: Path, *needles: str) -> None:
-    proc = run_cli("verify", root)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr and ": OK" not in proc.stdout
+def assert_verify_fails(root: Path, *needles: str, cli: bool = False) -> None:
+    """``pack verify`` (in process, or as the real CLI) reports a problem mentioning ``needles``."""
+    if cli:
+        proc = run_cli("verify", root)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr and ": OK" not in proc.stdout
+        text = proc.stderr + proc.stdout
+    else:
+        report = verify_dataset(root)
+        assert not report.ok
+        text = "\n".join(report.problems)
     for needle in needles:
-        assert needle in proc.stderr + proc.stdout, proc.stderr
+        assert needle in text, text
 
 
 # -- paths from the manifest or an index stay inside the dataset --------------------------------
@@ -60,7 +72,7 @@ def test_manifest_shard_path_outside_the_dataset_is_refused(packed, tmp_path, fm
     edit_manifest(root, lambda m: m["shards"][0].update(file=entry))
     with pytest.raises(ManifestError, match="shard file .* not a relative path inside the dataset"):
         open_reader(root)
-    assert_verify_fails(root, "not a relative path inside")
+    assert_verify_fails(root, "not a relative path inside", cli=entry == "/etc/passwd")
 
 
 @pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar"])
@@ -138,7 +150,7 @@ def test_malformed_manifest_field_is_named(packed, tmp_path, case):
 def test_malformed_manifest_is_one_line_from_the_cli(packed, tmp_path):
     root = copy_of(packed, "lmdb", tmp_path)
     edit_manifest(root, lambda m: m.update(classes=None))
-    assert_verify_fails(root, "field 'classes'")
+    assert_verify_fails(root, "field 'classes'", cli=True)
     proc = run_cli("info", root)
     assert proc.returncode != 0 and "classes" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -240,6 +252,16 @@ def test_edited_tar_label_is_caught_by_verify(packed, tmp_path):
     assert_verify_fails(root, "shard-000000.tar")
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_edited_manifest_is_caught_by_verify(packed, tmp_path, fmt):
+    root = copy_of(packed, fmt, tmp_path)
+    edit_manifest(root, lambda m: m["classes"].__setitem__(0, "renamed"), reseal_manifest=False)
+    assert open_dataset(root).classes[0] == "renamed"  # a deliberate edit reads without verify
+    with pytest.raises(ChecksumError, match="manifest.json: does not match its manifest_sha256"):
+        open_reader(root, verify=True)
+    assert_verify_fails(root, "manifest_sha256")
+
+
 def test_datasets_of_format_version_1_ask_for_a_repack(packed, tmp_path):
     root = copy_of(packed, "lmdb", tmp_path)
     edit_manifest(root, lambda m: m.update(format_version=1))
@@ -255,36 +277,37 @@ READ_SCRIPT = """
 import sys
 from readers import open_dataset
 from readers.errors import ImgpackError
-try:
-    ds = open_dataset(sys.argv[1], decode="numpy", verify=sys.argv[2] == "1", cache=sys.argv[3] or None)
-    for i in range(len(ds)):
-        ds[i]
-except ImgpackError as exc:
-    print(type(exc).__name__, exc)
-    sys.exit(3)
+for root in sys.argv[1:]:
+    for verify, cache in ((False, None), (True, None), (True, "ram")):
+        try:
+            ds = open_dataset(root, decode="numpy", verify=verify, cache=cache)
+            for i in range(len(ds)):
+                ds[i]
+            print("read everything", verify, cache)
+        except ImgpackError as exc:
+            print(type(exc).__name__, exc)
 """
 
 
-def read_in_subprocess(root: Path, verify: bool, cache: str = "") -> subprocess.CompletedProcess:
-    args = [sys.executable, "-c", READ_SCRIPT, str(root), "1" if verify else "0", cache]
-    return subprocess.run(args, capture_output=True, text=True, env=cli_env(), timeout=120)
-
-
-@pytest.mark.parametrize("reseal_it", [False, True])
-def test_truncated_lmdb_is_an_error_not_sigbus(packed, tmp_path, reseal_it):
-    root = tmp_path / "ds"
-    shutil.copytree(packed("lmdb", resize=32, crop=32), root)
-    data = root / "data-000000.lmdb" / "data.mdb"
-    os.truncate(data, data.stat().st_size // 2)
-    if reseal_it:  # the manifest agrees with the short file: LMDB's own header still says more
-        edit_manifest(
-            root, lambda m: m["shards"][0].update(bytes=data.stat().st_size, sha256=file_sha256(data))
-        )
-    for verify, cache in ((False, ""), (True, ""), (True, "ram")):
-        proc = read_in_subprocess(root, verify, cache)
-        assert proc.returncode == 3, (verify, cache, proc.returncode, proc.stderr[-2000:])
-        assert "data.mdb" in proc.stdout and ("truncated" in proc.stdout or "holds" in proc.stdout)
-    assert_verify_fails(root, "data.mdb")
+def test_truncated_lmdb_is_an_error_not_sigbus(packed, tmp_path):
+    roots = []
+    for reseal_it in (False, True):
+        root = tmp_path / f"ds-{reseal_it}"
+        shutil.copytree(packed("lmdb", resize=32, crop=32), root)
+        data = root / "data-000000.lmdb" / "data.mdb"
+        os.truncate(data, data.stat().st_size // 2)
+        if reseal_it:  # the manifest agrees with the short file: LMDB's own header still says more
+            entry = {"bytes": data.stat().st_size, "sha256": file_sha256(data)}
+            edit_manifest(root, lambda m, entry=entry: m["shards"][0].update(entry))
+        roots.append(str(root))
+    # One process reads both copies three ways (plain, verify=True, cache="ram"): a SIGBUS kills it.
+    args = [sys.executable, "-c", READ_SCRIPT, *roots]
+    proc = subprocess.run(args, capture_output=True, text=True, env=cli_env(), timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 6 and all(line.startswith("ManifestError") and "data.mdb" in line for line in lines)
+    assert "holds" in lines[0] and "truncated, LMDB needs" in lines[3]
+    assert_verify_fails(Path(roots[1]), "truncated, LMDB needs", cli=True)
 
 
 # -- every read error names the dataset, the part and the sample --------------------------------

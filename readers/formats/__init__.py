@@ -53,6 +53,8 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
             f"longer reads for {manifest.format} (checksums now cover labels and shapes); re-pack it "
             "with this version of imgpack"
         )
+    if verify:
+        manifest.check_seal()
     reader = cls(path, manifest, verify=verify, **options)
     if not (isinstance(path, str) and "://" in path):
         reader.check_parts()
