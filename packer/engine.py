@@ -13,6 +13,7 @@ the parts that did not finish. The manifest is written last, atomically.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -203,10 +204,11 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> 
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     stream = preprocessed([item for _, items in todo for item in items], spec, workers)
-    for p, items in todo:
-        results = (next(stream) for _ in range(len(items)))
-        done[p] = write_part(writer, p, results, on_error, progress.update)
-        save()
+    with contextlib.closing(stream):
+        for p, items in todo:
+            results = (next(stream) for _ in range(len(items)))
+            done[p] = write_part(writer, p, results, on_error, progress.update)
+            save()
 
 
 def pack_folder(
