@@ -14,7 +14,7 @@ import numpy as np
 
 from readers.batch import BatchAssembler, Size
 from readers.batch_check import check_batch_sizes
-from readers.decode import OUTPUT_KINDS, decode_record
+from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors
 from readers.formats import open_reader
 from readers.order import OrderSpec, resolve_rank
 from readers.stream import EpochStream
@@ -112,6 +112,9 @@ class PackedIterable(EpochStream):
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
         wanted = np.concatenate([positions[a:b] for a, b in spans])
         records = self.reader.read_many(wanted)
+        yield from naming_decode_errors(self._emit_records(records, spans), self.reader, wanted, records)
+
+    def _emit_records(self, records: list, spans: list[tuple[int, int]]) -> Iterator[Any]:
         cursor = 0
         for a, b in spans:
             part = records[cursor : cursor + (b - a)]

@@ -27,6 +27,7 @@ from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.formats.bmp import COLUMNS, index_header, index_name, read_index
 from readers.manifest import Shard
+from readers.record import record_crc
 
 STAGING = ".staging"
 BUCKET = 1000  # staging files per folder
@@ -67,7 +68,8 @@ class BmpPartWriter(PartWriter):
         with open(self.folder / staged, "wb") as fh:
             fh.write(sample.data)
         row = [staged, sample.label, sample.height, sample.width, sample.channels, len(sample.data),
-               zlib.crc32(sample.data) & 0xFFFFFFFF, sample.rel]  # fmt: skip
+               record_crc(sample.data, sample.label, sample.height, sample.width, sample.channels, "bmp"),
+               sample.rel]  # fmt: skip
         self.index.write(json.dumps(row) + "\n")
         self.count += 1
         self.nbytes += len(sample.data)

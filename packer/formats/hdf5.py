@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
 from readers.formats.hdf5 import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
 from readers.manifest import FORMAT_VERSION, Shard, imgpack_version, json_text
+from readers.record import record_crc
 
 FLUSH_BYTES = 32 << 20
 FLUSH_SAMPLES = 256
@@ -117,7 +117,8 @@ class Hdf5PartWriter(PartWriter):
             self._append(self.offsets, ends, n + 1)
             self._append(self.shapes, np.array([(s.height, s.width, s.channels) for s in batch], np.int32), n)
         self._append(self.labels, np.array([s.label for s in batch], np.int64), n)
-        self._append(self.crc, np.array([zlib.crc32(s.data) & 0xFFFFFFFF for s in batch], np.uint32), n)
+        crcs = [record_crc(s.data, s.label, s.height, s.width, s.channels, self.encoding) for s in batch]
+        self._append(self.crc, np.array(crcs, np.uint32), n)
         keys = [s.rel.encode("utf-8", "surrogateescape") for s in batch]
         self._append(self.keys, np.array(keys, dtype=object), n)
         self.count += len(batch)

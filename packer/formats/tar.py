@@ -160,5 +160,5 @@ def shard_index(fileobj, where: str) -> tuple[int, str]:
     """(samples, index text) of one tar shard, read from the shard itself (``pack reindex``)."""
     from readers.formats.tar import scan_tar
 
-    samples = scan_tar(fileobj)
+    samples = scan_tar(fileobj, where)
     return len(samples), format_index(samples)

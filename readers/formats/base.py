@@ -16,6 +16,7 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.manifest import Manifest
+from readers.paths import inside
 from readers.record import Record
 
 # Indices closer than this are read as one block and the unused records in between dropped:
@@ -68,6 +69,8 @@ class FormatReader:
     name: ClassVar[str] = ""
     # Formats where a lookup costs about what a sequential step costs (LMDB) set this to 1.
     merge_gap: ClassVar[int] = MERGE_GAP
+    # Datasets packed with an older format_version than this are refused with a re-pack hint.
+    oldest_format_version: ClassVar[int] = 1
 
     def __init__(self, root: str | os.PathLike, manifest: Manifest, verify: bool = False):
         self.root = root if isinstance(root, str) and "://" in root else Path(root)
@@ -75,6 +78,58 @@ class FormatReader:
         self.verify = verify
         self._handles: dict[Any, Any] = {}
         self._pid = os.getpid()
+        self._sha_checked: set[tuple] = set()
+
+    def check_parts(self) -> None:
+        """Check, cheaply and before any read, that each part holds what the manifest says.
+
+        Called by ``open_reader`` for local datasets; formats override it.
+        """
+
+    def part_path(self, name: str) -> Path:
+        """``root / name`` for a name from the manifest or an index, refused if it leaves the dataset."""
+        path = self.root / name
+        inside(self.root, path, f"{self.root}: {name}")
+        return path
+
+    def describe(self, index: int) -> str:
+        """Where global sample ``index`` lives, for error messages: dataset, part and index."""
+        shard = self.manifest.shards[self.manifest.shard_of(index)] if self.manifest.shards else None
+        part = f", part {shard.file}" if shard is not None else ""
+        return f"{self.root}{part}, sample {index}"
+
+    def check_sha256(self, path: str | os.PathLike, expected: str, where: str) -> None:
+        """With ``verify``: the file's sha256 must match the manifest; checked once per process.
+
+        Run before a library parses the file, so a corrupt LMDB or HDF5 file is refused instead
+        of being mapped or parsed (where a flipped bit can crash the process).
+        """
+        if not self.verify:
+            return
+        st = os.stat(path)
+        key = (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key in self._sha_checked:
+            return
+        with open(path, "rb") as fh:
+            actual = sha256_of(fh)
+        if actual != expected:
+            raise ChecksumError(
+                f"{where}: sha256 does not match the manifest (corrupt or modified); "
+                "copy it again or re-pack the dataset"
+            )
+        self._sha_checked.add(key)
+
+    def check_labels(self, labels: Sequence[int] | np.ndarray, where: str) -> None:
+        """Every label must index the manifest's classes."""
+        if len(labels) == 0:
+            return
+        low, high = int(np.min(labels)), int(np.max(labels))
+        if low < 0 or high >= len(self.manifest.classes):
+            bad = low if low < 0 else high
+            raise ManifestError(
+                f"{where}: label {bad} is outside the {len(self.manifest.classes)} classes of the "
+                "manifest; the dataset is corrupt, re-pack it"
+            )
 
     def __len__(self) -> int:
         return self.manifest.num_samples
@@ -96,7 +151,11 @@ class FormatReader:
             shard = self.manifest.shard_of(index)
             entry = self.manifest.shards[shard]
             end = min(stop, entry.stop)
-            records += self.read_local(shard, index - entry.first, end - entry.first)
+            got = self.read_local(shard, index - entry.first, end - entry.first)
+            labels = [r.label for r in got]
+            if labels and (min(labels) < 0 or max(labels) >= len(self.manifest.classes)):
+                self.check_labels(labels, self.describe(index))
+            records += got
             index = end
         return records
 
@@ -108,16 +167,27 @@ class FormatReader:
             return cached
         runs = self.manifest.extra.get("label_runs")
         if runs is not None:
-            values, counts = zip(*runs) if runs else ((), ())
-            labels = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
+            labels = self._run_labels(runs)
         else:
             labels = np.fromiter((self.read(i).label for i in range(len(self))), np.int64, count=len(self))
         self._label_array = labels
         return labels
 
+    def _run_labels(self, runs: Any) -> np.ndarray:
+        """Labels from the manifest's ``extra.label_runs`` ([label, count] pairs), checked."""
+        where = f"{self.root}: manifest field 'extra.label_runs'"
+        try:
+            table = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+        except (TypeError, ValueError, OverflowError):
+            raise ManifestError(f"{where} is not a list of [label, count] pairs; re-pack") from None
+        if (table[:, 1] < 0).any() or int(table[:, 1].sum()) != len(self):
+            raise ManifestError(f"{where} does not count {len(self)} samples; re-pack the dataset")
+        self.check_labels(table[:, 0], where)
+        return np.repeat(table[:, 0], table[:, 1])
+
     def checksum_path(self, shard) -> Path:
         """The file whose sha256 the manifest records for ``shard``."""
-        return self.root / shard.file
+        return self.part_path(shard.file)
 
     def _open(self, key: Any) -> Any:
         """Open the handle called ``key`` (a shard position, say) in this process."""
