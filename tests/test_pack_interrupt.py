@@ -36,22 +36,23 @@ from tests.packrun import (
 @pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "bmp"])
 def test_kill_before_the_first_part_completes_leaves_a_resumable_output(tmp_path, fmt):
     """A default pack is one part; kill -9 in the middle of it, then --resume, then (again) --force."""
+    src = copy_source(tmp_path / "src", copies=4)  # long enough to be mid-part after 0.5 s, even for BMP
     finished = []
     for finish in ("--resume", "--force"):
         out = tmp_path / f"ds{finish}"
-        proc = start_pack(SAMPLE_DATA, "--to", fmt, "-o", out, "--workers", "1", "-q", *SLOW_PACK)
+        proc = start_pack(src, "--to", fmt, "-o", out, "--workers", "1", "-q", *SLOW_PACK)
         wait_started(out, proc)
         time.sleep(0.5)
         kill_group(proc.pid)
         assert proc.wait() == -signal.SIGKILL
         with pytest.raises(ManifestError, match="--resume"):
             open_dataset(out)
-        rc, text = run_pack(SAMPLE_DATA, "--to", fmt, "-o", out, "--workers", "1", "-q", *SLOW_PACK, finish)
+        rc, text = run_pack(src, "--to", fmt, "-o", out, "--workers", "1", "-q", *SLOW_PACK, finish)
         assert rc == 0, f"{finish}: {text}"
         assert verify_dataset(out).ok
         assert leftovers(out) == [] and not (out / ".imgpack-progress.json").exists()
         finished.append(dataset_arrays(out))
-    assert finished[0] == finished[1] and len(finished[0]) == len(scan_folder(SAMPLE_DATA).items)
+    assert finished[0] == finished[1] and len(finished[0]) == len(scan_folder(src).items)
 
 
 def test_ctrl_c_of_a_bmp_pack_then_resume(tmp_path):

@@ -56,7 +56,7 @@ def open_shard_file(
                 actual = sha256_of(fh)
             if actual != shard.sha256:
                 raise ChecksumError(
-                    f"{where}: shard bytes do not match the manifest sha256 (corrupt or modified); "
+                    f"{where}: sha256 does not match the manifest (corrupt or modified); "
                     "copy it again or re-pack the dataset"
                 )
         return fd, load_index()
