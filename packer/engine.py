@@ -117,8 +117,15 @@ def preprocessed(
         if not completed:
             # Interrupted or failed: stop the workers now rather than wait for their chunks
             # (waiting on a pool mid-interrupt is what used to hang).
-            for process in list((pool._processes or {}).values()):
+            processes = list((pool._processes or {}).values())
+            for process in processes:
                 process.kill()
+            for process in processes:
+                process.join(5)
+            # A worker killed while sending its result leaves half a message in the result pipe,
+            # and the pool's manager thread would wait for the rest forever (seen 1 in 20 Ctrl-Cs);
+            # with the last writer closed it reads end-of-file instead and shuts down.
+            pool._result_queue._writer.close()
         pool.shutdown(wait=True, cancel_futures=True)
 
 
