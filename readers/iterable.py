@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from readers.batch import BatchAssembler, Size
-from readers.decode import OUTPUT_KINDS, decode_record
+from readers.batch import BatchAssembler, Crop, Size
+from readers.decode import OUTPUT_KINDS, decode_record, to_output
 from readers.formats import open_reader
 from readers.order import OrderSpec, num_chunks, resolve_rank, worker_chunks
 
@@ -47,18 +47,19 @@ class PackedIterable(IterableDataset):
         layout: str = "CHW",
         verify: bool = False,
         reader_options: dict[str, Any] | None = None,
-        crop: Size = None,
+        crop: Crop = None,
         size: Size = None,
         decode_threads: int = 0,
         fast_dct: bool = False,
         dct_scaling: bool = True,
+        flip: bool | float = False,
     ):
         if decode not in OUTPUT_KINDS:
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-        if batch_size is None and (crop is not None or size is not None or decode_threads):
-            raise ValueError("crop=, size= and decode_threads= apply to whole batches: also pass batch_size=")
+        if batch_size is None and decode_threads:
+            raise ValueError("decode_threads= applies to whole batches: also pass batch_size=")
         self.path = path
         self.reader = open_reader(path, verify=verify, **(reader_options or {}))
         rank, world_size = resolve_rank(rank, world_size)
@@ -71,7 +72,11 @@ class PackedIterable(IterableDataset):
         self.target_transform = target_transform
         self.layout = layout
         # Batch options (crop, size, decode threads): see readers.batch.
-        self.assembler = BatchAssembler(layout, crop, size, decode_threads, fast_dct, dct_scaling)
+        self.assembler = BatchAssembler(layout, crop, size, decode_threads, fast_dct, dct_scaling, flip, seed)
+        # Per-sample path with crop/size/flip: each image goes through the batch geometry.
+        self._geometric = crop is not None or size is not None or self.assembler.augment.active
+        if batch_size is None and self._geometric and decode == "bytes":
+            raise ValueError("crop=, size= and flip= need decoded images: decode='tensor', 'numpy' or 'pil'")
         # Shared with worker processes (fork and spawn), so persistent workers see set_epoch.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._start = 0  # samples of this rank already consumed (resume point)
@@ -153,6 +158,7 @@ class PackedIterable(IterableDataset):
             return
         wanted = np.concatenate([positions[a:b] for a, b in spans])
         records = self.reader.read_many(wanted)
+        epoch = self.epoch  # random crops and flips: a function of (seed, epoch, sample index)
         cursor = 0
         for a, b in spans:
             part = records[cursor : cursor + (b - a)]
@@ -160,13 +166,16 @@ class PackedIterable(IterableDataset):
             if self.batch_size is not None:
                 self._yielded += len(part)
                 if self.transform is None:
-                    yield self.assembler.shared(part)  # (images, labels) once it reaches the loop
+                    yield self.assembler.shared(part, positions[a:b], epoch)  # (images, labels) in the loop
                 else:
-                    images, labels = self.assembler(part)
+                    images, labels = self.assembler(part, indices=positions[a:b], epoch=epoch)
                     yield self.transform(images), labels
             else:
-                for record in part:
-                    image = decode_record(record, self.decode)
+                for record, index in zip(part, positions[a:b]):
+                    if self._geometric:
+                        image = to_output(self.assembler.one(record, index, epoch), self.decode)
+                    else:
+                        image = decode_record(record, self.decode)
                     if self.transform is not None:
                         image = self.transform(image)
                     self._yielded += 1
