@@ -201,7 +201,8 @@ def test_resume_yields_the_same_augmented_samples(packed, persistent):
 
 
 def expected_images(path, order, epoch, seed, spec, flip) -> np.ndarray:
-    """OpenCV's resize of each decoded window (area filter shrinking, bilinear enlarging), flipped."""
+    """OpenCV's resize of each decoded window, flipped: the area filter when the window is at least
+    twice the output on both sides, bilinear otherwise (the documented rule)."""
     reader = open_reader(path)
     records = reader.read_many(order)
     params = Augment(spec, flip, seed).params(epoch, order, [(r.height, r.width) for r in records])
@@ -210,7 +211,7 @@ def expected_images(path, order, epoch, seed, spec, flip) -> np.ndarray:
         top, left, h, w = window
         crop = np.ascontiguousarray(decode_array(record)[top : top + h, left : left + w])
         oh, ow = spec.out
-        interpolation = cv2.INTER_AREA if oh * ow < h * w else cv2.INTER_LINEAR
+        interpolation = cv2.INTER_AREA if h >= 2 * oh and w >= 2 * ow else cv2.INTER_LINEAR
         image = cv2.resize(crop, (ow, oh), interpolation=interpolation)
         out.append(image[:, ::-1] if flipped else image)
     return np.stack(out)
@@ -264,8 +265,9 @@ def test_dali_paths_crop_the_same_windows_and_flips(packed, device):
     assert torch.equal(got_labels, labels)
     assert got.shape == want.shape and got.dtype == torch.uint8
     diff = (got.float() - want.float()).abs().mean(dim=(1, 2, 3))
-    # Resampling differs (OpenCV area filter vs an antialiased bilinear filter): a few grey levels.
+    # Resampling differs (OpenCV's bilinear without antialiasing on shrinks under 2x against an
+    # antialiased bilinear filter): measured 2.0-2.2 grey levels mean, 6.8 at most for one image.
     # A wrong window or a missed flip costs tens of levels on these images.
-    assert diff.max() < 6.0, diff
+    assert diff.mean() < 3.0 and diff.max() < 8.0, diff
     mirrored = (got.flip(-1).float() - want.float()).abs().mean(dim=(1, 2, 3))
     assert (mirrored > diff).float().mean() > 0.9
