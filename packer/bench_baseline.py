@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 
 from packer.preprocess import RESAMPLE, PreprocessSpec, target_size
 from packer.source import scan_folder
-from readers.geometry import TRIES, RandomResizedCrop, flip_probability
+from readers.geometry import TRIES, RandomResizedCrop, centre_window, flip_probability
 
 
 class ImageFolderBaseline(Dataset):
@@ -76,8 +76,8 @@ class ImageFolderBaseline(Dataset):
         if size != img.size:
             img = img.resize(size, RESAMPLE[spec.resample])
         if spec.crop:
-            left, top = (img.width - spec.crop) // 2, (img.height - spec.crop) // 2
-            img = img.crop((left, top, left + spec.crop, top + spec.crop))
+            top, left, h, w = centre_window(img.height, img.width, (spec.crop, spec.crop))
+            img = img.crop((left, top, left + w, top + h))
         return img
 
     def __getitem__(self, index: int) -> tuple[Any, int]:

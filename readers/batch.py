@@ -10,10 +10,17 @@ The buffer is HWC per image, ``(B, H, W, C)`` uint8; records go straight into it
   image at least twice as large, libjpeg-turbo's DCT scaling decodes at 1/2, 1/4 or 1/8 scale;
 - anything else (PNG, BMP, JPEGs simplejpeg refuses) goes through ``readers.decode.decode_array``.
 
-Geometry, applied per image: ``size`` (int: shorter side, the other rounded like the packer;
-(h, w): exact) resizes with OpenCV's area filter (bilinear when enlarging), then ``crop`` takes the
-centre ``crop`` x ``crop`` (or (h, w)) window, top-left at ``((H - h) // 2, (W - w) // 2)`` like the
-packer. Without ``size`` and ``crop`` the stored size is kept, and every image must have it.
+Geometry, applied per image, with the numbers of ``readers.geometry`` (the packer's and DALI's
+too): ``size`` (int: shorter side, the other rounded to nearest, ties to even; (h, w): exact)
+resizes with OpenCV's area filter (bilinear when enlarging), then ``crop`` takes the centre
+``crop`` x ``crop`` (or (h, w)) window, top-left at ``((H - h) // 2, (W - w) // 2)``. Without
+``size`` and ``crop`` the stored size is kept, and every image must have it.
+
+Training: ``crop=RandomResizedCrop(...)`` takes a random window of the stored pixels per image and
+resizes only that window straight into the batch slot (``resize_into``); ``flip`` mirrors in place
+after. Windows and flips come from ``readers.geometry.Augment``: a function of (seed, epoch,
+global sample index), so the callers pass each record's index. A JPEG whose window is at least
+twice the output is decoded at 1/2, 1/4 or 1/8 scale and the window mapped onto that grid.
 
 Exactness: raw, PNG and BMP records, and JPEGs without DCT scaling, give exactly the pixels of
 ``decode_array`` (then cropped / resized the same way). ``fast_dct=True`` (libjpeg-turbo's fast
