@@ -271,3 +271,53 @@ def test_dali_paths_crop_the_same_windows_and_flips(packed, device):
     assert diff.mean() < 3.0 and diff.max() < 8.0, diff
     mirrored = (got.flip(-1).float() - want.float()).abs().mean(dim=(1, 2, 3))
     assert (mirrored > diff).float().mean() > 0.9
+
+
+# -- one geometry on every path (centre crops) ------------------------------------------------------
+def test_rounding_rule_on_ties_and_odd_margins():
+    from readers.geometry import centre_window, resized_size
+
+    assert resized_size(100, 170, 25) == (25, 42)  # 42.5: ties to even
+    assert resized_size(100, 150, 25) == (25, 38)  # 37.5: ties to even
+    assert resized_size(171, 100, 25) == (43, 25)  # 42.75
+    assert resized_size(5, 7, (3, 4)) == (3, 4)
+    assert centre_window(47, 48, (38, 40)) == (4, 4, 38, 40)  # margins 9 and 8: the odd one rounds down
+    assert centre_window(10, 11, (10, 8)) == (0, 1, 10, 8)
+
+
+def test_centre_windows_agree_on_every_path():
+    from readers.batch import BatchAssembler
+    from readers.dali_feed import BatchFeed
+    from readers.order import OrderSpec
+    from readers.record import Record
+
+    stored = [(100, 170), (171, 100), (47, 48), (61, 80)]
+    records = [Record(b"", 0, h, w, 3, "raw") for h, w in stored]
+    feed = BatchFeed("unused", OrderSpec(4, False, 0, 64, 64, 0, 1, False), 4, resize=25, crop=(21, 23))
+    plan = feed.plan(records, [0, 1, 2, 3], 0)
+    assembler = BatchAssembler(size=25, crop=(21, 23))
+    for (h, w), size, window in zip(stored, plan.sizes.astype(int).tolist(), plan.windows.tolist()):
+        geo = assembler.geometry(h, w)
+        assert list(geo.resized) == size and [geo.top, geo.left, *geo.out] == window
+
+
+def test_odd_margin_centre_crop_pixels_identical_on_every_path(packed):
+    # Stored raw at several sizes (shorter side 48), cropped without a resize: no resampling at all,
+    # so the batch path, DALI on the CPU and the fallback must give the very same pixels.
+    path = packed("lmdb", **RAW)
+    it = open_iterable(path, batch_size=8, seed=1, crop=(37, 41), flip=0.5, drop_last=True)
+    want = cat(loader_batches(it))[0]
+    for device in ("cpu", "dataloader"):
+        loader = dali_loader(path, 8, seed=1, crop=(37, 41), flip=0.5, device=device, last_batch="drop")
+        got = cat([(x.cpu(), y.cpu()) for x, y in loader])[0]
+        assert torch.equal(got, want), device
+    # The packer crops with the same rule.
+    from PIL import Image
+
+    from packer.preprocess import _centre_crop
+    from readers.geometry import centre_window
+
+    array = np.arange(47 * 48 * 3, dtype=np.uint8).reshape(47, 48, 3)
+    top, left, h, w = centre_window(47, 48, (38, 38))
+    cropped = np.asarray(_centre_crop(Image.fromarray(array), 38))
+    np.testing.assert_array_equal(cropped, array[top : top + h, left : left + w])
