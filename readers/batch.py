@@ -273,23 +273,21 @@ class BatchAssembler:
 
     def _put_window(self, record: Record, dst: np.ndarray, window: Window) -> None:
         """Crop ``window`` (stored pixels) and resize it straight into ``dst``."""
-        top, left, h, w = window
-        if record.encoding == "raw":
-            src = decode_array(record)  # a zero-copy view of the stored pixels
-        elif record.encoding == "jpeg" and simplejpeg is not None:
-            src, scale = self._jpeg_for_window(record, window, dst)
-            if scale != (1.0, 1.0):  # decoded at 1/2, 1/4 or 1/8: the window in scaled pixels
-                top, left, h, w = scaled_window(window, scale, src.shape[:2])
+        if record.encoding == "jpeg" and simplejpeg is not None:
+            src = self._jpeg_for_window(record, window, dst)
         else:
-            src = decode_array(record)
+            src = decode_array(record)  # raw: a zero-copy view of the stored pixels
         src = _check_channels(src, dst)
+        stored = (record.height, record.width)
+        if src.shape[:2] != stored:  # decoded at 1/2-1/8 scale (or the header disagrees): map the window
+            scale = (src.shape[0] / stored[0], src.shape[1] / stored[1])
+            window = scaled_window(window, scale, src.shape[:2])
+        top, left, h, w = window
         resize_into(src[top : top + h, left : left + w], dst)
 
-    def _jpeg_for_window(
-        self, record: Record, window: Window, dst: np.ndarray
-    ) -> tuple[np.ndarray, tuple[float, float]]:
-        """The decoded JPEG and its scale, at 1/2, 1/4 or 1/8 size when the window stays at least
-        as large as the output (DCT scaling: only when the window is twice the output or more)."""
+    def _jpeg_for_window(self, record: Record, window: Window, dst: np.ndarray) -> np.ndarray:
+        """The decoded JPEG, at 1/2, 1/4 or 1/8 size when the window stays at least as large as
+        the output there (DCT scaling: only when the window is twice the output or more)."""
         height, width = record.height, record.width
         oh, ow = dst.shape[:2]
         kwargs: dict[str, Any] = {
@@ -304,10 +302,9 @@ class BatchAssembler:
                 min_factor=2,
             )
         try:
-            src = simplejpeg.decode_jpeg(record.data, **kwargs)
+            return simplejpeg.decode_jpeg(record.data, **kwargs)
         except ValueError:
-            return decode_array(record), (1.0, 1.0)  # CMYK, odd sampling...: the general decoders
-        return src, (src.shape[0] / height, src.shape[1] / width)
+            return decode_array(record)  # CMYK, odd sampling...: the general decoders
 
     def _jpeg(self, record: Record, geo: Geometry, dst: np.ndarray) -> np.ndarray | None:
         colorspace = "GRAY" if dst.shape[2] == 1 else "RGB"

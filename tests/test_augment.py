@@ -321,3 +321,14 @@ def test_odd_margin_centre_crop_pixels_identical_on_every_path(packed):
     top, left, h, w = centre_window(47, 48, (38, 38))
     cropped = np.asarray(_centre_crop(Image.fromarray(array), 38))
     np.testing.assert_array_equal(cropped, array[top : top + h, left : left + w])
+
+
+def test_random_crops_of_original_files(packed):
+    # Source bytes as stored (CMYK, grayscale, palette, EXIF-rotated...): every image one size.
+    path = packed("lmdb", encode="original")
+    options = dict(seed=4, shuffle=False, crop=RandomResizedCrop((20, 28)), flip=True)
+    images, labels = cat(loader_batches(open_iterable(path, batch_size=16, **options)))
+    assert images.shape == (44, 3, 20, 28) and images.dtype == torch.uint8
+    per_sample = [(a, y) for a, y in open_iterable(path, **options)]
+    assert torch.equal(torch.stack([a for a, _ in per_sample]), images)
+    assert [y for _, y in per_sample] == labels.tolist()
