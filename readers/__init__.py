@@ -29,6 +29,9 @@ _EXPORTS = {
     "ChecksumError": "readers.errors",
     "open_reader": "readers.formats",
     "dali_loader": "readers.dali",
+    "make_loader": "readers.loader",
+    "PackedLoader": "readers.loader",
+    "ResumeError": "readers.resume",
 }
 
 __all__ = sorted(_EXPORTS)

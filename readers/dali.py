@@ -51,6 +51,7 @@ from readers.errors import ImgpackError
 from readers.formats import open_reader
 from readers.geometry import RandomResizedCrop, flip_probability
 from readers.order import OrderSpec, resolve_rank
+from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
 
 logger = logging.getLogger("imgpack.dali")
 DEVICES = ("auto", "gpu", "cpu", "dataloader")
@@ -150,22 +151,52 @@ class DaliLoader:
         self._iterator: Any = None  # DALI iterator, rebuilt when the epoch sequence breaks
         self._next_epoch = 0  # the epoch the DALI pipeline will produce next
         self._fallback: Any = None
+        self._taken = 0  # batches handed out in the current pass
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
-        return len(self.feed)
+        """Batches this rank reads in the current epoch (what is left of it after a resume)."""
+        return self.feed.batches_in(self.epoch)
 
     def set_epoch(self, epoch: int) -> None:
+        """Select the epoch; a resume point survives only if it names this epoch."""
         self.epoch = int(epoch)
+        if self.feed.resume is not None and self.feed.resume[0] != self.epoch:
+            self.feed.resume = None
+            self._iterator = None
+
+    # -- resume (the rules of readers.resume) --------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where the epoch stands (batches handed out so far), to save with a checkpoint."""
+        order = self.feed.order
+        start = ResumePoint(self.epoch, self.feed.start(self.epoch))
+        taken = min(self._taken * self.feed.batch_size, order.samples_from(start.position))
+        return make_state(advance(order, start, taken), order)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state``: the next iteration yields the rest of that epoch."""
+        point = check_state(state, self.feed.order, in_worker=False)
+        if point.offset:
+            raise ResumeError("the DALI loader resumes at batch boundaries; this state is mid-batch")
+        self.epoch = point.epoch
+        self.feed.resume = (point.epoch, point.position)
+        self.feed._positions = None
+        self._iterator = None  # the pipeline is rebuilt for the resumed epoch
+        self._taken = 0
 
     @property
     def classes(self) -> list[str]:
         return list(self.feed.reader.manifest.classes)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if self.backend == "dataloader":
-            return self._iter_fallback()
-        return self._iter_dali()
+        batches = self._iter_fallback() if self.backend == "dataloader" else self._iter_dali()
+        self._taken = 0
+        for batch in batches:
+            self._taken += 1
+            yield batch
+        if self.feed.resume is not None and self.feed.resume[0] == self.epoch:
+            self.feed.resume = None  # used up: the epoch was finished
+            self.feed._positions = None
+            self._iterator = None
 
     # -- DALI paths ---------------------------------------------------------------------------
     def _iter_dali(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -263,9 +294,8 @@ def dali_loader(
         _notice(chosen, f"device={device!r}")
     reader = open_reader(path)
     rank, world_size = resolve_rank(rank, world_size)
-    order = OrderSpec(
-        len(reader), shuffle, seed, block_size, buffer_size, rank, world_size, last_batch == "drop"
-    )
+    drop = last_batch == "drop"
+    order = OrderSpec(len(reader), shuffle, seed, block_size, buffer_size, rank, world_size, drop, batch_size)
     feed = BatchFeed(
         path,
         order,

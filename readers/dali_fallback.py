@@ -76,7 +76,7 @@ class FallbackBatches(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         bs, epoch = self.feed.batch_size, int(self._epoch.item())
-        for start, _ in worker_chunks(len(self.feed) * bs, bs, worker, workers, drop_last=False):
+        for start, _ in worker_chunks(self.feed.batches_in(epoch) * bs, bs, worker, workers, drop_last=False):
             records, plan = self.feed.batch(epoch, start // bs)
             images = transform_batch([decode_array(r) for r in records], plan, self.feed, self.layout)
             yield images, torch.tensor([r.label for r in records], dtype=torch.int64)

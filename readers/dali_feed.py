@@ -83,17 +83,27 @@ class BatchFeed:
         self.base_epoch = int(base_epoch)  # DALI counts epochs from 0 after each (re)build
         self._reader: Any = None
         self._positions: tuple[int, np.ndarray] | None = None
+        self.resume: tuple[int, int] | None = None  # (epoch, global position) to start that epoch at
 
     # -- the plan -----------------------------------------------------------------------------
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
         return num_chunks(self.order.samples_per_rank, self.batch_size, self.last_batch == "drop")
 
+    def start(self, epoch: int) -> int:
+        """The global position ``epoch`` starts at: 0, or the resume point's."""
+        return self.resume[1] if self.resume is not None and self.resume[0] == epoch else 0
+
+    def batches_in(self, epoch: int) -> int:
+        """Batches this rank reads in ``epoch`` (fewer than ``len`` in a resumed epoch)."""
+        samples = self.order.samples_from(self.start(epoch))
+        return num_chunks(samples, self.batch_size, self.last_batch == "drop")
+
     def positions(self, epoch: int) -> np.ndarray:
         """This rank's sample indices for ``epoch``, cut or wrapped to whole batches as the policy says."""
         if self._positions is None or self._positions[0] != epoch:
-            idx = self.order.epoch_order(epoch)
-            wanted = len(self) * self.batch_size
+            idx = self.order.epoch_order(epoch, self.start(epoch))
+            wanted = self.batches_in(epoch) * self.batch_size
             if self.last_batch == "drop":
                 idx = idx[:wanted]
             elif self.last_batch == "pad" and len(idx):
@@ -121,7 +131,7 @@ class BatchFeed:
 
     def records(self, epoch: int, i: int) -> list[Record]:
         """The records of batch ``i``; ``StopIteration`` past the end of the epoch."""
-        if not 0 <= i < len(self):
+        if not 0 <= i < self.batches_in(epoch):
             raise StopIteration
         return self.reader.read_many(self.batch_indices(epoch, i))
 

@@ -8,12 +8,13 @@ The order of an epoch is a pure function of (seed, epoch, num_samples, block_siz
    to blocks) and each window is shuffled, which is what a shuffle buffer of that size does,
    but decided up front so it does not depend on who reads what.
 
-That global order is padded by wrapping around (or cut, with ``drop_last``) to a multiple of the
-world size, and rank r takes the r-th contiguous slice, so the global order is the same for any
-world size and every rank gets the same number of samples. Inside a rank the sequence is cut into
-chunks (a batch, or one sample) and DataLoader worker w takes chunks w, w+W, w+2W...; the
-DataLoader collects from its workers round-robin, so it yields the chunks in order whatever the
-number of workers.
+The ranks are dealt that global order in rounds of ``unit`` positions each (a batch, or one
+sample): rank r takes the r-th chunk of every round. The order is padded by wrapping around (or
+cut, with ``drop_last``) so every rank gets the same number of samples. Because ranks consume the
+order as a common prefix, one global position says where an epoch stands, and a run can resume
+from it with another world size (``rank_positions``). Inside a rank the sequence is cut into the
+same chunks and DataLoader worker w takes chunks w, w+W, w+2W...; the DataLoader collects from its
+workers round-robin, so it yields the chunks in order whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -51,20 +52,64 @@ def global_order(
     return order
 
 
-def rank_slice(num_samples: int, rank: int, world_size: int, drop_last: bool) -> tuple[int, int]:
-    """Positions [start, stop) of the (wrapped) global order that belong to ``rank``."""
+def rank_positions(
+    num_samples: int,
+    rank: int,
+    world_size: int,
+    drop_last: bool = False,
+    *,
+    unit: int = 1,
+    start: int = 0,
+) -> np.ndarray:
+    """Positions of the epoch's order that ``rank`` reads, from global position ``start`` on.
+
+    The positions ``[start, start + total)`` are dealt to the ranks in rounds: in each round
+    rank r takes the r-th run of ``unit`` positions (a batch, or one sample). The last, short
+    round is split evenly. So after every rank has taken k chunks, the whole job has consumed
+    exactly the prefix ``[start, start + k * world_size * unit)``: one number says where an epoch
+    stands, whatever the world size (elastic resume).
+
+    ``total`` makes the ranks equal: without ``drop_last`` the remaining samples are padded by
+    wrapping around the order to a multiple of ``world_size`` (positions past the end map to
+    ``position % num_samples``); with ``drop_last`` they are cut to whole rounds of ``unit``.
+    """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world_size {world_size}")
-    per_rank = num_samples // world_size if drop_last else math.ceil(num_samples / world_size)
-    return rank * per_rank, (rank + 1) * per_rank
+    if unit < 1:
+        raise ValueError(f"unit must be a positive integer, got {unit}")
+    if not 0 <= start <= num_samples:
+        raise ValueError(f"start position {start} is outside the epoch of {num_samples} samples")
+    total = epoch_total(num_samples, world_size, drop_last, unit=unit, start=start)
+    round_size = world_size * unit
+    full_rounds = total // round_size
+    tail = (total - full_rounds * round_size) // world_size
+    full = (np.arange(full_rounds, dtype=np.int64)[:, None] * round_size + rank * unit) + np.arange(unit)
+    last = full_rounds * round_size + rank * tail + np.arange(tail, dtype=np.int64)
+    return start + np.concatenate([full.ravel(), last])
 
 
-def rank_order(order: np.ndarray, rank: int, world_size: int, drop_last: bool) -> np.ndarray:
+def epoch_total(num_samples: int, world_size: int, drop_last: bool, *, unit: int = 1, start: int = 0) -> int:
+    """Positions all ranks read together from ``start`` to the end of the epoch (see rank_positions)."""
+    remaining = max(0, num_samples - start)
+    if drop_last:
+        return remaining // (world_size * unit) * (world_size * unit)
+    return math.ceil(remaining / world_size) * world_size
+
+
+def rank_order(
+    order: np.ndarray, rank: int, world_size: int, drop_last: bool, *, unit: int = 1, start: int = 0
+) -> np.ndarray:
     """This rank's samples, in order; padded by wrapping around the global order if needed."""
-    start, stop = rank_slice(len(order), rank, world_size, drop_last)
-    if stop <= len(order):
-        return order[start:stop]
-    return order[np.arange(start, stop) % len(order)] if len(order) else order[:0]
+    positions = rank_positions(len(order), rank, world_size, drop_last, unit=unit, start=start)
+    return order[positions % len(order)] if len(order) else order[:0]
+
+
+def consumed_position(
+    num_samples: int, world_size: int, drop_last: bool, *, unit: int, start: int, chunks: int
+) -> int:
+    """The global position reached when every rank has taken ``chunks`` chunks since ``start``."""
+    total = epoch_total(num_samples, world_size, drop_last, unit=unit, start=start)
+    return min(num_samples, start + min(total, chunks * world_size * unit))
 
 
 def num_chunks(num_positions: int, chunk: int, drop_last: bool) -> int:
@@ -107,9 +152,10 @@ class OrderSpec:
     rank: int = 0
     world_size: int = 1
     drop_last: bool = False
+    unit: int = 1  # positions a rank takes per turn: its batch size, or 1
 
-    def epoch_order(self, epoch: int) -> np.ndarray:
-        """This rank's sample indices for ``epoch``."""
+    def epoch_order(self, epoch: int, start: int = 0) -> np.ndarray:
+        """This rank's sample indices for ``epoch``, from global position ``start`` on."""
         order = global_order(
             self.num_samples,
             seed=self.seed,
@@ -118,9 +164,20 @@ class OrderSpec:
             block_size=self.block_size,
             buffer_size=self.buffer_size,
         )
-        return rank_order(order, self.rank, self.world_size, self.drop_last)
+        return rank_order(order, self.rank, self.world_size, self.drop_last, unit=self.unit, start=start)
 
     @property
     def samples_per_rank(self) -> int:
-        start, stop = rank_slice(self.num_samples, self.rank, self.world_size, self.drop_last)
-        return stop - start
+        """Samples this rank reads in a whole epoch."""
+        return self.samples_from(0)
+
+    def samples_from(self, start: int) -> int:
+        """Samples this rank reads from global position ``start`` to the end of the epoch."""
+        total = epoch_total(self.num_samples, self.world_size, self.drop_last, unit=self.unit, start=start)
+        return total // self.world_size
+
+    def position_after(self, chunks: int, start: int = 0) -> int:
+        """Global position once every rank has taken ``chunks`` chunks of ``unit`` since ``start``."""
+        return consumed_position(
+            self.num_samples, self.world_size, self.drop_last, unit=self.unit, start=start, chunks=chunks
+        )

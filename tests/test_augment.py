@@ -334,3 +334,25 @@ def test_random_crops_of_original_files(packed):
     per_sample = [(a, y) for a, y in open_iterable(path, **options)]
     assert torch.equal(torch.stack([a for a, _ in per_sample]), images)
     assert [y for _, y in per_sample] == labels.tolist()
+
+
+@pytest.mark.parametrize("batch_path", [True, False])
+def test_resume_through_make_loader_mid_epoch(packed, batch_path):
+    # The StatefulDataLoader route (readers.make_loader), with workers, on both paths.
+    from readers import make_loader
+
+    path = packed("lmdb", **RAW)
+    options = dict(seed=6, crop=RRC, flip=True, **({"batch_size": 4} if batch_path else {}))
+
+    def loader(it):
+        return make_loader(it, num_workers=2, **({} if batch_path else {"batch_size": 4}))
+
+    full = [(x.clone(), y.clone()) for x, y in loader(open_iterable(path, **options))]
+    first = loader(open_iterable(path, **options))
+    taken = [batch for batch, _ in zip(first, range(3))]
+    state = first.state_dict()
+    resumed = loader(open_iterable(path, **options))
+    resumed.load_state_dict(state)
+    rest = [(x.clone(), y.clone()) for x, y in resumed]
+    assert len(taken) + len(rest) == len(full)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(full[3:], rest))

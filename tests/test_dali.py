@@ -238,3 +238,26 @@ def test_gpu_mixed_decode_matches_cpu(packed):
     cpu = batches(dali_loader(path, device="cpu", **kwargs))
     # nvJPEG and libjpeg-turbo round differently (IDCT, chroma upsampling): normalised units.
     assert_same([(x.cpu(), y.cpu()) for x, y in out], cpu, mad=0.05)
+
+
+@pytest.mark.parametrize("device", ["cpu", "dataloader"])
+def test_dali_loader_resumes_mid_epoch_exactly(packed, device):
+    path = packed("lmdb", resize=40, crop=32, encode="jpeg")
+    loader = dali_loader(path, 4, seed=2, device=device, num_workers=2)
+    loader.set_epoch(1)
+    full = [labels.tolist() for _, labels in loader]
+    taken = []
+    for _, labels in loader:
+        taken.append(labels.tolist())
+        if len(taken) == 3:
+            break
+    state = loader.state_dict()
+    assert state["epoch"] == 1 and state["position"] == 12
+    resumed = dali_loader(path, 4, seed=2, device=device, num_workers=2)
+    resumed.load_state_dict(state)
+    assert len(resumed) == len(full) - 3
+    assert [labels.tolist() for _, labels in resumed] == full[3:]
+    resumed.set_epoch(2)
+    assert len(resumed) == len(full)
+    with pytest.raises(ValueError, match="seed"):
+        dali_loader(path, 4, seed=3, device=device).load_state_dict(state)

@@ -1,0 +1,122 @@
+"""``make_loader``: the DataLoader for a packed iterable, built right, with exact resume.
+
+    it = open_iterable("train.lmdb", batch_size=256, seed=0)
+    loader = make_loader(it, num_workers=8, pin_memory=True)
+    state = loader.state_dict()            # at any step; save it with the model
+    loader.load_state_dict(state)          # in a fresh run: the rest of the epoch, exactly
+
+The loader is torchdata's ``StatefulDataLoader`` (the PyTorch ecosystem's resumable loader):
+
+- batch mode (``open_iterable(batch_size=B)``): the workers assemble whole batches, so the loader
+  runs with ``batch_size=None``; per-sample mode: ``batch_size`` is the loader's, and the iterable
+  is told it so workers take turns by whole batches (the order is then the same for any
+  ``num_workers``);
+- ``state_dict()`` holds StatefulDataLoader's per-worker states (exact with any ``num_workers``,
+  persistent workers or not, ``pin_memory`` or not) and, under ``"imgpack"``, the epoch's global
+  position (``readers.resume``), counted here batch by batch;
+- ``load_state_dict()`` restores the per-worker states when the world size and ``num_workers``
+  match, and otherwise resumes from the global position alone (elastic: another world size or
+  number of workers; whole batches of every rank are the unit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from readers.iterable import PackedIterable
+from readers.resume import ResumeError, ResumePoint, advance, make_state
+
+STATE_KEY = "imgpack"
+
+
+class PackedLoader(StatefulDataLoader):
+    """A ``StatefulDataLoader`` over a ``PackedIterable`` that also records the global position."""
+
+    dataset: PackedIterable
+
+    def __init__(self, dataset: PackedIterable, **kwargs: Any):
+        super().__init__(dataset, **kwargs)
+        self._chunks = 0  # batches handed to the training loop in the current pass
+        self._pass_start: ResumePoint | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        self._pass_start = self.dataset._pending_resume() or self.dataset._start_point()
+        self._chunks = 0
+        batches = super().__iter__()
+        # After a restore StatefulDataLoader counts steps from the saved pass, while len() reports
+        # what is left of it: torch's length-mismatch warning would fire for nothing.
+        batches._IterableDataset_len_called = None
+        if self.num_workers > 0:
+            self.dataset._resume = None  # the workers have their copy; it must not apply twice
+        for batch in batches:
+            self._chunks += 1
+            yield batch
+        self._pass_start = None
+
+    def global_point(self) -> ResumePoint:
+        """Where the epoch stands for the whole job (every rank is at the same step)."""
+        order = self.dataset.order
+        if self._pass_start is None:
+            return self.dataset._pending_resume() or self.dataset._start_point()
+        start = self._pass_start
+        taken = min(self._chunks * order.unit, order.samples_from(start.position) - start.offset)
+        return advance(order, start, taken)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state[STATE_KEY] = make_state(self.global_point(), self.dataset.order)
+        state[STATE_KEY]["num_workers"] = self.num_workers
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if STATE_KEY not in state_dict:
+            raise ResumeError(
+                f"this loader state has no {STATE_KEY!r} entry: it was not saved by readers.make_loader"
+            )
+        state = dict(state_dict)
+        position = dict(state.pop(STATE_KEY))
+        saved_workers = position.pop("num_workers", None)
+        self.dataset.load_state_dict(position)
+        order = self.dataset.order
+        same_placement = (
+            saved_workers == self.num_workers
+            and position["world_size"] == order.world_size
+            and position["rank"] == order.rank
+            and position["unit"] == order.unit
+        )
+        if same_placement:
+            super().load_state_dict(state)
+
+
+def make_loader(
+    dataset: PackedIterable,
+    *,
+    batch_size: int | None = None,
+    num_workers: int = 0,
+    **loader_options: Any,
+) -> PackedLoader:
+    """A resumable loader for ``dataset`` (from ``open_iterable``), configured for its mode.
+
+    ``batch_size`` is only for the per-sample path (``open_iterable`` without ``batch_size``);
+    other keyword arguments go to the DataLoader (``pin_memory``, ``persistent_workers``,
+    ``prefetch_factor``, ``worker_init_fn``, ``collate_fn``...).
+    """
+    if not isinstance(dataset, PackedIterable):
+        raise TypeError(f"make_loader takes a dataset from open_iterable, got {type(dataset).__name__}")
+    if dataset.batch_size is not None:
+        if batch_size is not None:
+            raise ValueError(
+                f"this iterable already assembles batches of {dataset.batch_size}: leave make_loader's "
+                "batch_size out (the loader must not batch them again)"
+            )
+    else:
+        dataset.set_loader_batch_size(batch_size)
+    if loader_options.get("drop_last"):
+        raise ValueError("pass drop_last= to open_iterable: it decides for every rank at once")
+    return PackedLoader(dataset, batch_size=batch_size, num_workers=num_workers, **loader_options)
+
+
+__all__ = ["PackedLoader", "make_loader"]

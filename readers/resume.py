@@ -1,0 +1,174 @@
+"""Mid-epoch resume: the state of an epoch, how it is checked, and how it advances.
+
+An epoch's progress is one global position in that epoch's order (``readers.order`` deals the
+order to ranks in rounds, so every rank in lock step has consumed the same prefix), plus, rarely,
+an ``offset`` into this rank's next chunk. The state is a plain dict (JSON-able, no pickle):
+
+    {"imgpack_state": 1, "epoch": 3, "position": 1536, "offset": 0,
+     "seed": 0, "num_samples": 2000, "shuffle": true, "block_size": 64, "buffer_size": 4096,
+     "world_size": 2, "rank": 0, "unit": 64}
+
+The rules, enforced here:
+
+- the order's definition (seed, number of samples, shuffle, block and buffer sizes) must match,
+  or the state is refused naming the field;
+- a state names its epoch: ``set_epoch`` with that epoch keeps the resume point, another epoch
+  drops it; the first iteration of the epoch in each process uses it up;
+- a position resumes with any world size or number of workers (elastic); an ``offset`` or a
+  worker's own progress (``worker``, ``num_workers``, ``worker_samples``, written inside
+  DataLoader workers for torchdata's ``StatefulDataLoader``) needs the same world size, rank,
+  chunk size and number of workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from readers.errors import ImgpackError
+from readers.order import OrderSpec
+
+STATE_VERSION = 1
+ORDER_FIELDS = ("seed", "num_samples", "shuffle", "block_size", "buffer_size")
+PLACEMENT_FIELDS = ("world_size", "rank", "unit")
+WORKER_FIELDS = ("worker", "num_workers", "worker_samples")
+
+
+class ResumeError(ImgpackError, ValueError):
+    """A state that cannot resume this dataset (wrong dataset, wrong seed, out of range...)."""
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where an epoch resumes: a global position, an offset into this rank's next chunk, and
+    optionally one DataLoader worker's own progress (``(worker, num_workers, samples)``)."""
+
+    epoch: int
+    position: int
+    offset: int = 0
+    worker_progress: tuple[int, int, int] | None = None
+
+    def worker_skip(self, worker: int, num_workers: int) -> int:
+        """Samples of its own share that ``worker`` has already produced."""
+        if self.worker_progress is None:
+            return 0
+        saved_worker, saved_workers, samples = self.worker_progress
+        if (saved_worker, saved_workers) != (worker, num_workers):
+            raise ResumeError(
+                f"this state belongs to DataLoader worker {saved_worker} of {saved_workers}, but it was "
+                f"loaded into worker {worker} of {num_workers}; resume with the same num_workers"
+            )
+        return samples
+
+
+@dataclass
+class Pass:
+    """One iteration over an epoch in this process: where it started, what it has yielded."""
+
+    epoch: int
+    start: ResumePoint
+    worker: int
+    num_workers: int
+    samples: int = 0  # samples of this process's share yielded (a restored worker's included)
+
+    def worker_state(self) -> ResumePoint:
+        return ResumePoint(
+            self.epoch, self.start.position, self.start.offset, (self.worker, self.num_workers, self.samples)
+        )
+
+    def reached(self, order: OrderSpec) -> ResumePoint:
+        """Where this rank stands (only meaningful in the process that reads the whole rank)."""
+        return advance(order, self.start, self.samples)
+
+
+def order_identity(order: OrderSpec) -> dict[str, Any]:
+    return {
+        "seed": int(order.seed),
+        "num_samples": int(order.num_samples),
+        "shuffle": bool(order.shuffle),
+        "block_size": int(order.block_size),
+        "buffer_size": int(order.buffer_size),
+        "world_size": int(order.world_size),
+        "rank": int(order.rank),
+        "unit": int(order.unit),
+    }
+
+
+def make_state(point: ResumePoint, order: OrderSpec) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "imgpack_state": STATE_VERSION,
+        "epoch": point.epoch,
+        "position": point.position,
+        "offset": point.offset,
+        **order_identity(order),
+    }
+    if point.worker_progress is not None:
+        state.update(zip(WORKER_FIELDS, point.worker_progress, strict=True))
+    return state
+
+
+def advance(order: OrderSpec, start: ResumePoint, samples: int) -> ResumePoint:
+    """The point reached after this rank took ``samples`` more samples from ``start``."""
+    left = order.samples_from(start.position) - start.offset
+    if not 0 <= samples <= left:
+        raise ResumeError(
+            f"consumed={samples} is outside this iteration, which has {left} samples for this rank; "
+            "pass the samples taken from the loader since iter(loader) began"
+        )
+    done = start.offset + samples
+    if samples == left:  # the epoch is over for every rank
+        return ResumePoint(start.epoch, order.num_samples, 0)
+    chunks, offset = divmod(done, order.unit)
+    return ResumePoint(start.epoch, order.position_after(chunks, start.position), offset)
+
+
+def check_state(state: Any, order: OrderSpec, in_worker: bool) -> ResumePoint:
+    """The resume point in ``state``, after checking every field against this dataset."""
+    if not isinstance(state, dict):
+        raise ResumeError(f"a resume state is a dict from state_dict(), got {type(state).__name__}")
+    if "consumed" in state and "position" not in state:
+        raise ResumeError(
+            "this state comes from an older imgpack (it has 'consumed', not 'position'); its "
+            "positions do not carry over: restart the epoch with set_epoch"
+        )
+    required = ("imgpack_state", "epoch", "position", "offset", *ORDER_FIELDS, *PLACEMENT_FIELDS)
+    missing = [key for key in required if key not in state]
+    if missing:
+        raise ResumeError(f"resume state is missing {', '.join(missing)}; pass a dict from state_dict()")
+    for key in (k for k in required if k != "shuffle"):
+        if not isinstance(state[key], int) or isinstance(state[key], bool):
+            raise ResumeError(f"resume state field {key!r} must be an integer, got {state[key]!r}")
+    if state["imgpack_state"] != STATE_VERSION:
+        raise ResumeError(f"resume state version {state['imgpack_state']} is not {STATE_VERSION}")
+    mine = order_identity(order)
+    for key in ORDER_FIELDS:
+        if state[key] != mine[key]:
+            raise ResumeError(
+                f"cannot resume: the state has {key}={state[key]!r} but this dataset has {mine[key]!r} "
+                "(the order of an epoch depends on it)"
+            )
+    epoch, position, offset = state["epoch"], state["position"], state["offset"]
+    if epoch < 0:
+        raise ResumeError(f"resume state field 'epoch' must be >= 0, got {epoch}")
+    if not 0 <= position <= order.num_samples:
+        raise ResumeError(f"resume state field 'position'={position} is outside 0..{order.num_samples}")
+    progress = None
+    if any(key in state for key in WORKER_FIELDS):
+        if not in_worker:
+            raise ResumeError(
+                "this is one DataLoader worker's state (it has 'worker'); load the loader's state with "
+                "loader.load_state_dict (StatefulDataLoader) instead"
+            )
+        progress = tuple(int(state[key]) for key in WORKER_FIELDS)
+    if offset or progress is not None:
+        for key in PLACEMENT_FIELDS:
+            if state[key] != mine[key]:
+                raise ResumeError(
+                    f"cannot resume mid-chunk: the state has {key}={state[key]} but this run has "
+                    f"{mine[key]}; resume with the same {key}, or from a state taken at a batch boundary"
+                )
+    if not 0 <= offset < order.unit:
+        raise ResumeError(f"resume state field 'offset'={offset} is outside 0..{order.unit - 1}")
+    if progress is not None and progress[2] < 0:
+        raise ResumeError(f"resume state field 'worker_samples'={progress[2]} must be >= 0")
+    return ResumePoint(epoch, position, offset, progress)  # type: ignore[arg-type]
