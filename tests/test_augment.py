@@ -349,7 +349,7 @@ def test_resume_through_make_loader_mid_epoch(packed, batch_path):
 
     full = [(x.clone(), y.clone()) for x, y in loader(open_iterable(path, **options))]
     first = loader(open_iterable(path, **options))
-    taken = [batch for batch, _ in zip(first, range(3))]
+    taken = [batch for _, batch in zip(range(3), first)]
     state = first.state_dict()
     resumed = loader(open_iterable(path, **options))
     resumed.load_state_dict(state)
