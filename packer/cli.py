@@ -220,11 +220,38 @@ def imagefolder(
             f"packed {report.packed} images into {report.out} ({report.format}, {report.shards} "
             f"shard(s), {human_bytes(report.bytes)}) in {report.seconds:.1f} s "
             f"({report.images_per_second:.0f} img/s); skipped {report.skipped}"
+            + (f", upscaled {report.upscaled}" if report.upscaled else "")
         )
         for entry in report.skipped_files[:10]:
             click.echo(f"  skipped {entry['path']}: {entry['reason']}")
         if report.skipped > 10:
             click.echo(f"  ... and {report.skipped - 10} more (see `pack info {out} --json`)")
+
+
+def describe_sizes(sizes: dict[str, int] | None) -> list[str]:
+    """``pack info`` lines for the stored size range and the upscaled count."""
+    if sizes is None:
+        return ["stored    size range not recorded (packed by an older imgpack)"]
+    if not sizes.get("count"):
+        return []
+    heights = f"{sizes['min_height']}-{sizes['max_height']}"
+    widths = f"{sizes['min_width']}-{sizes['max_width']}"
+    return [
+        f"stored    height {heights} px, width {widths} px",
+        f"upscaled  {sizes['upscaled']} image(s)",
+    ]
+
+
+def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
+    """``pack info`` lines: skip reasons by count, most frequent first (paths: --json)."""
+    counts: dict[str, int] = {}
+    for entry in skipped:
+        counts[entry["reason"]] = counts.get(entry["reason"], 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines = [f"  {n:>6} x {reason}" for reason, n in ranked[:top]]
+    if len(ranked) > top:
+        lines.append(f"  ... and {len(ranked) - top} more reason(s) (every file: pack info --json)")
+    return lines
 
 
 @main.command()
@@ -248,10 +275,11 @@ def info(dataset: str, as_json: bool) -> None:
         f"size      {human_bytes(total)} ({human_bytes(total / max(1, manifest.num_samples))} per image)",
         f"preprocess {pre}",
         f"classes   {', '.join(manifest.classes[:10])}{' ...' if len(manifest.classes) > 10 else ''}",
+        *describe_sizes(manifest.stored_sizes),
         f"skipped   {len(manifest.skipped)}",
+        *describe_skips(manifest.skipped),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
-    lines += [f"  skipped {s['path']}: {s['reason']}" for s in manifest.skipped[:10]]
     click.echo("\n".join(lines))
 
 

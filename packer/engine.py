@@ -30,11 +30,12 @@ from typing import Any
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
+from packer.sizes import KEY as SIZES_KEY
+from packer.sizes import SizeTally, merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
-from readers.manifest import MANIFEST_NAME, Manifest, Shard, write_atomic, write_manifest
+from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Manifest, Shard, write_atomic, write_manifest
 
-PROGRESS_NAME = ".imgpack-progress.json"
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
 
 
@@ -50,6 +51,7 @@ class PackReport:
     workers: int
     engine: str
     skipped_files: list[dict[str, str]] = field(default_factory=list)
+    upscaled: int | None = None  # images enlarged on the way (None: unknown, resumed old pack)
 
     @property
     def images_per_second(self) -> float:
@@ -111,6 +113,7 @@ def write_part(
     """Feed one part's results to a fresh part writer; failures become skips (or an error)."""
     part_writer = writer.open_part(part)
     skipped: list[dict[str, str]] = []
+    sizes = SizeTally()
     try:
         for result in results:
             if isinstance(result, tuple):
@@ -120,6 +123,7 @@ def write_part(
                 skipped.append({"path": rel, "reason": reason})
             else:
                 part_writer.add(result)
+                sizes.add(result)
             tick(1)
         shards = part_writer.close()
     except OSError as exc:
@@ -130,7 +134,7 @@ def write_part(
     except BaseException:
         part_writer.abort()
         raise
-    return PartResult(part, shards, skipped)
+    return PartResult(part, shards, skipped, {SIZES_KEY: sizes.to_dict()})
 
 
 # -- progress and resume -------------------------------------------------------------------------
@@ -257,10 +261,8 @@ def pack_folder(
     shards, extra = writer.finish(results, scan.classes)
     skipped = [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
-        raise ImgpackError(
-            f"{src}: every image was skipped ({len(skipped)}); first reason: "
-            f"{skipped[0]['path']}: {skipped[0]['reason'] if skipped else '-'}"
-        )
+        first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
+        raise ImgpackError(f"{src}: every image was skipped ({len(skipped)}); first reason: {first}")
     manifest = Manifest(
         format=fmt,
         num_samples=sum(s.count for s in shards),
@@ -269,6 +271,7 @@ def pack_folder(
         preprocess=spec.to_dict(),
         shards=shards,
         skipped=skipped,
+        stored_sizes=merge_sizes(r.extra for r in results),
         extra={**extra, "source": str(Path(src).resolve()), "empty_classes": scan.empty_classes},
     )
     write_manifest(out, manifest)
@@ -284,4 +287,5 @@ def pack_folder(
         workers,
         engine,
         skipped,
+        (manifest.stored_sizes or {}).get("upscaled"),
     )

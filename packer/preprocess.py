@@ -80,6 +80,11 @@ class PreprocessSpec:
                 raise ValueError(f"{name}={value} must be a positive number of pixels")
         if self.encode == "original" and (self.resize or self.crop or self.mode != "RGB"):
             raise ValueError("encode=original stores the source bytes unchanged; drop --resize/--crop/--mode")
+        if self.crop and self.resize and self.crop > self.resize:
+            raise ValueError(
+                f"--crop {self.crop} is larger than --resize {self.resize}: every image would have to be "
+                f"enlarged again after resizing; use --crop {self.resize} or less (or a larger --resize)"
+            )
 
     @property
     def fixed_size(self) -> tuple[int, int] | None:
@@ -114,10 +119,11 @@ class PackedSample:
     channels: int
     encoding: str
     original_size: tuple[int, int]  # (width, height) of the source after EXIF orientation
+    upscaled: bool = False  # enlarged on the way (only with --upscale, or --resize-mode exact)
 
 
-def target_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
-    """(width, height) after the resize step (before the crop)."""
+def resized_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
+    """(width, height) after ``--resize`` alone (never larger unless ``--upscale`` or exact)."""
     if spec.resize:
         n = spec.resize
         if spec.resize_mode == "exact":
@@ -129,11 +135,31 @@ def target_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int
         if not spec.upscale and size[0] * size[1] > width * height and spec.resize_mode != "exact":
             size = (width, height)
         width, height = size
+    return width, height
+
+
+def target_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
+    """(width, height) after the resize step (before the crop), enlarged to cover the crop when
+    the image is smaller than it (the packer only gets there with ``--upscale``; it skips such
+    images otherwise, see ``check_crop_fits``)."""
+    width, height = resized_size(width, height, spec)
     if spec.crop and (width < spec.crop or height < spec.crop):
         # A crop demands a fixed size: scale a small image up just enough to cover it.
         scale = spec.crop / min(width, height)
         width, height = max(spec.crop, round_size(width * scale)), max(spec.crop, round_size(height * scale))
     return width, height
+
+
+def check_crop_fits(width: int, height: int, spec: PreprocessSpec) -> None:
+    """Without ``--upscale`` nothing is enlarged, so an image smaller than the crop is skipped."""
+    if not spec.crop or spec.upscale:
+        return
+    width, height = resized_size(width, height, spec)
+    if width < spec.crop or height < spec.crop:
+        raise SkipSample(
+            f"smaller than --crop {spec.crop} and nothing is enlarged without --upscale; "
+            "pass --upscale to enlarge such images, or a smaller --crop"
+        )
 
 
 def _to_8bit_mode(img: Image.Image, mode: str) -> Image.Image:
@@ -242,6 +268,7 @@ def preprocess_image(
     if spec.encode == "original":
         img.load()  # decode fully: a truncated or corrupt file is skipped, not packed
         return None, original_size
+    check_crop_fits(width, height, spec)
     out_w, out_h = target_size(width, height, spec)
     stored_target = (out_h, out_w) if orientation in ORIENTATION_SWAPS_AXES else (out_w, out_h)
     scaled = None
@@ -289,6 +316,17 @@ def preprocess_file(path: str, rel: str, label: int, source_index: int, spec: Pr
         raise SkipSample(f"cannot decode image: {exc}") from None
     finally:
         img.close()
+    resized = target_size(*original_size, spec)
+    upscaled = resized[0] * resized[1] > original_size[0] * original_size[1]
     return PackedSample(
-        source_index, rel, label, data, out.height, out.width, spec.channels, spec.encode, original_size
+        source_index,
+        rel,
+        label,
+        data,
+        out.height,
+        out.width,
+        spec.channels,
+        spec.encode,
+        original_size,
+        upscaled,
     )

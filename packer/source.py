@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from readers.errors import ImgpackError
+from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
 
 IMAGE_EXTENSIONS = (
     ".jpg",
@@ -83,6 +84,16 @@ def _class_files(class_dir: Path) -> tuple[list[str], int]:
     return sorted(found), ignored
 
 
+def _refuse_packed_dataset(root: Path) -> None:
+    """A source with no images that is itself imgpack output gets told so (not "no image files")."""
+    marker = next((name for name in (MANIFEST_NAME, PROGRESS_NAME) if (root / name).is_file()), None)
+    if marker is not None:
+        raise ImgpackError(
+            f"{root}: this is an imgpack dataset (it has {marker}), not an image folder; "
+            "pack the original image folder instead, or read this one with readers.open_dataset"
+        )
+
+
 def scan_folder(root: str | os.PathLike) -> SourceScan:
     root = Path(root).expanduser()
     if not root.exists():
@@ -91,6 +102,7 @@ def scan_folder(root: str | os.PathLike) -> SourceScan:
         raise ImgpackError(f"{root}: not a folder; give the root of an image folder (root/<class>/<image>)")
     classes = find_classes(root)
     if not classes:
+        _refuse_packed_dataset(root)
         raise ImgpackError(
             f"{root}: no class folders found; expected root/<class>/<image> (ImageFolder layout)"
         )
@@ -106,6 +118,7 @@ def scan_folder(root: str | os.PathLike) -> SourceScan:
             rel_path = f"{name}/{rel}"
             items.append(SourceItem(len(items), str(root / name / rel), rel_path, label))
     if not items:
+        _refuse_packed_dataset(root)
         raise ImgpackError(
             f"{root}: no image files in any class folder (looked for {', '.join(IMAGE_EXTENSIONS)})"
         )

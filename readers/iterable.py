@@ -16,10 +16,12 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from readers.batch import BatchAssembler, Crop, Size
+from readers.batch_check import check_batch_sizes
 from readers.decode import OUTPUT_KINDS, decode_record, to_output
 from readers.formats import open_reader
 from readers.order import OrderSpec, num_chunks, resolve_rank, worker_chunks
 from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, make_state
+from readers.whole_batch import whole_batch
 
 
 class PackedIterable(IterableDataset):
@@ -29,7 +31,8 @@ class PackedIterable(IterableDataset):
     ``batch_size=None``: ``DataLoader(it, batch_size=None, num_workers=N)``. Batches are
     uint8 ``(B, C, H, W)`` (``layout="CHW"``, channels_last strides) or ``(B, H, W, C)`` and int64
     labels, built in shared memory; ``crop``, ``size``, ``decode_threads`` and ``fast_dct`` say
-    how (see ``readers.batch``).
+    how (see ``readers.batch``). ``transform`` is applied to each image, so only without
+    ``batch_size``; with it, ``batch_transform`` is applied to each whole batch's images.
 
     Without ``batch_size`` (the per-sample path) the DataLoader batches samples itself; pass its
     batch size as ``loader_batch_size`` (``readers.make_loader`` does) so the workers take turns by
@@ -62,6 +65,7 @@ class PackedIterable(IterableDataset):
         dct_scaling: bool = True,
         flip: bool | float = False,
         loader_batch_size: int | None = None,
+        batch_transform: Callable | None = None,
     ):
         if decode not in OUTPUT_KINDS:
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
@@ -69,6 +73,14 @@ class PackedIterable(IterableDataset):
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         if batch_size is None and decode_threads:
             raise ValueError("decode_threads= applies to whole batches: also pass batch_size=")
+        if batch_size is not None and transform is not None:
+            raise ValueError(
+                "transform= is applied to each image, but with batch_size= the workers build whole "
+                "(B, C, H, W) batches: pass batch_transform= for a function of the whole batch (one "
+                "call, e.g. normalisation), or drop batch_size= to transform each image"
+            )
+        if batch_size is None and batch_transform is not None:
+            raise ValueError("batch_transform= applies to whole batches: also pass batch_size=")
         if batch_size is not None and loader_batch_size is not None:
             raise ValueError(
                 "loader_batch_size= is for the per-sample path; with batch_size= the DataLoader must "
@@ -84,10 +96,13 @@ class PackedIterable(IterableDataset):
         self.set_loader_batch_size(loader_batch_size)
         self.decode = decode
         self.transform = transform
+        self.batch_transform = batch_transform
         self.target_transform = target_transform
         self.layout = layout
         # Batch options (crop, size, decode threads): see readers.batch.
         self.assembler = BatchAssembler(layout, crop, size, decode_threads, fast_dct, dct_scaling, flip, seed)
+        if batch_size is not None:
+            check_batch_sizes(str(path), self.reader.manifest.stored_sizes, crop, size)
         # Per-sample path with crop/size/flip: each image goes through the batch geometry.
         self._geometric = crop is not None or size is not None or self.assembler.augment.active
         if batch_size is None and self._geometric and decode == "bytes":
@@ -226,11 +241,12 @@ class PackedIterable(IterableDataset):
             cursor += b - a
             if self.batch_size is not None:
                 self._pass.samples += len(part)
-                if self.transform is None:
-                    yield self.assembler.shared(part, positions[a:b], epoch)  # (images, labels) in the loop
+                indices = positions[a:b]
+                if self.batch_transform is None:
+                    yield whole_batch(self.assembler.shared(part, indices, epoch))  # (images, labels) later
                 else:
-                    images, labels = self.assembler(part, indices=positions[a:b], epoch=epoch)
-                    yield self.transform(images), labels
+                    images, labels = self.assembler(part, indices=indices, epoch=epoch)
+                    yield whole_batch((self.batch_transform(images), labels))
             else:
                 for record, index in zip(part, positions[a:b]):
                     if self._geometric:

@@ -18,6 +18,7 @@ from typing import Any
 from readers.errors import ManifestError
 
 MANIFEST_NAME = "manifest.json"
+PROGRESS_NAME = ".imgpack-progress.json"  # present while a pack runs or after it was interrupted
 FORMAT_VERSION = 1
 ENCODINGS = ("jpeg", "png", "raw", "bmp", "original")
 
@@ -56,6 +57,9 @@ class Manifest:
     shards: list[Shard]
     skipped: list[dict[str, str]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # count, upscaled and min/max height/width of the stored images (packer.sizes); None in
+    # manifests written before imgpack recorded it.
+    stored_sizes: dict[str, int] | None = None
     format_version: int = FORMAT_VERSION
     imgpack_version: str = field(default_factory=imgpack_version)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -121,10 +125,15 @@ def read_manifest(root: str | os.PathLike, storage_options: dict[str, Any] | Non
     if not root.exists():
         raise ManifestError(f"{root}: no such dataset directory")
     if not path.is_file():
-        hint = (
-            " (an interrupted pack? re-run it with --resume)" if root.is_dir() and any(root.iterdir()) else ""
+        if (root / PROGRESS_NAME).exists():
+            raise ManifestError(
+                f"{root}: no {MANIFEST_NAME}: an interrupted pack; re-run the same `pack imagefolder` "
+                "command with --resume to finish it"
+            )
+        raise ManifestError(
+            f"{root}: no {MANIFEST_NAME}: this is not a packed dataset "
+            f"(pack it with `pack imagefolder {root} --to lmdb -o OUT`, then open OUT)"
         )
-        raise ManifestError(f"{root}: no {MANIFEST_NAME}, so this is not a complete imgpack dataset{hint}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

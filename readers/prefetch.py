@@ -20,8 +20,10 @@ class CudaPrefetcher:
     """Wraps a loader; yields batches already on ``device``, copied on a side CUDA stream.
 
     Images (the first element of each batch) can be converted on the device to float,
-    normalised with ``mean``/``std`` (in 0-255 units) and put in channels_last memory format.
-    Without CUDA it is a transparent pass-through (the conversions still apply on the CPU).
+    normalised with ``mean``/``std`` (in 0-255 units; either one alone is fine, and either gives
+    float32 unless ``dtype`` says otherwise) and put in channels_last memory format. Without CUDA
+    the batches stay on the CPU and get the same conversions; without ``mean``, ``std``, ``dtype``
+    and ``channels_last`` they pass through unchanged. The loader's tensors are never modified.
     """
 
     def __init__(
@@ -36,7 +38,8 @@ class CudaPrefetcher:
         self.loader = loader
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.cuda = self.device.type == "cuda"
-        self.dtype = dtype or (torch.float32 if mean is not None else None)
+        normalising = mean is not None or std is not None
+        self.dtype = dtype or (torch.float32 if normalising else None)
         self.mean = None if mean is None else torch.tensor(mean, device=self.device).view(1, -1, 1, 1)
         self.std = None if std is None else torch.tensor(std, device=self.device).view(1, -1, 1, 1)
         self.channels_last = channels_last
@@ -51,10 +54,11 @@ class CudaPrefetcher:
         images = batch[0]
         if self.dtype is not None:
             images = images.to(self.dtype)
+        # Out of place: on the CPU path ``images`` may still be the loader's own tensor.
         if self.mean is not None:
-            images = images.sub_(self.mean) if images.is_floating_point() else images - self.mean
+            images = images - self.mean
         if self.std is not None:
-            images = images.div_(self.std)
+            images = images / self.std
         if self.channels_last and images.dim() == 4:
             images = images.contiguous(memory_format=torch.channels_last)
         return type(batch)([images, *batch[1:]])

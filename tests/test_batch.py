@@ -139,7 +139,7 @@ def test_dct_scaling_close_to_full_decode(packed):
 
 def test_crop_larger_than_image_is_a_clear_error(packed):
     path = packed("lmdb", resize=40, crop=32, encode="raw")
-    with pytest.raises(Exception, match="crop 48x48 is larger"):
+    with pytest.raises(Exception, match="crop=48 is larger"):  # when it is created (issue 17)
         list(open_iterable(path, batch_size=4, crop=48))
     with pytest.raises(ValueError, match="batch_size"):
         open_iterable(path, decode_threads=2)

@@ -86,7 +86,7 @@ def test_existing_output_needs_force(tmp_path):
         (["imagefolder", "/nonexistent/folder", "--to", "lmdb", "-o", "{tmp}/o"], "no such folder"),
         (["imagefolder", "{tmp}/empty", "--to", "lmdb", "-o", "{tmp}/o"], "no class folders"),
         (["imagefolder", "{sample}", "--to", "lmdb", "-o", "/proc/imgpack-out"], "cannot write here"),
-        (["info", "{tmp}/empty"], "not a complete imgpack dataset"),
+        (["info", "{tmp}/empty"], "not a packed dataset"),
         (
             [
                 "imagefolder",

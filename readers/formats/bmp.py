@@ -86,6 +86,7 @@ class BmpIndex:
 
 class BmpReader(FormatReader):
     name = "bmp"
+    merge_gap = 1  # one file per image: reading the files in a gap would only throw them away
 
     def __init__(self, root, manifest, verify: bool = False):
         super().__init__(root, manifest, verify)
