@@ -180,7 +180,11 @@ def imagefolder(
     as_json,
 ) -> None:
     """Pack the image folder SRC (SRC/<class>/<image>) into OUT."""
+    import signal
+
     from packer.engine import pack_folder
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
 
     spec = PreprocessSpec(
         resize=resize,
@@ -306,25 +310,32 @@ def verify(dataset: str, no_decode: bool, as_json: bool) -> None:
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 def reindex(dataset: str) -> None:
-    """Rebuild the .idx files of the tar DATASET from its shards."""
-    from packer.formats.tar import reindex as rebuild
+    """Rebuild the .idx files of the tar or tfrecord DATASET from its shards."""
+    from packer.formats.rolling import reindex as rebuild
 
     written = rebuild(dataset)
     click.echo(f"{dataset}: wrote {len(written)} index file(s)")
 
 
 def _register_optional_commands() -> None:
-    """Commands that live in their own modules (bench) join the group when present."""
+    """Commands that live in their own modules (bench) join the group when present.
+
+    An entry is a click command or a function that builds one from the group."""
     import importlib
 
-    for module_name, attr in (("packer.bench_cli", "bench"),):
+    for module_name, attr in (
+        ("packer.bench_cli", "bench"),
+        ("packer.imagelist_cli", "imagelist_command"),
+        ("packer.show_cli", "show"),
+    ):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
             if exc.name != module_name:
                 raise
             continue
-        main.add_command(getattr(module, attr))
+        command = getattr(module, attr)
+        main.add_command(command if isinstance(command, click.Command) else command(main))
 
 
 _register_optional_commands()

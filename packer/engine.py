@@ -13,11 +13,13 @@ the parts that did not finish. The manifest is written last, atomically.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import shutil
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -29,13 +31,16 @@ from typing import Any
 
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
+from packer.lifetime import die_with_parent
+from packer.output import PROGRESS_NAME, check_not_source, open_output, remove_temporaries, replace_output
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
 from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import SizeTally, merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
-from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Manifest, Shard, write_atomic, write_manifest
+from readers.manifest import Manifest, Shard, write_atomic, write_manifest
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
 
 
@@ -74,27 +79,55 @@ def _preprocess_chunk(chunk: list[SourceItem], spec: PreprocessSpec) -> list[Pac
 def preprocessed(
     items: list[SourceItem], spec: PreprocessSpec, workers: int
 ) -> Iterator[PackedSample | Failure]:
-    """Results for ``items`` in source order, computed by ``workers`` processes."""
+    """Results for ``items`` in source order, computed by ``workers`` processes.
+
+    Close the generator (``contextlib.closing``) when stopping early: its pool is torn down then.
+    """
     chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
-    if workers <= 1:
+    if workers <= 1 or not chunks:
         for chunk in chunks:
             yield from _preprocess_chunk(chunk, spec)
         return
     method = "fork" if "fork" in _start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method)) as pool:
-        in_flight: deque = deque()
-        todo = iter(chunks)
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=get_context(method),
+        initializer=_worker_init,
+        initargs=(os.getpid(),),
+    )
+    in_flight: deque = deque()
+    completed = False
+    try:
         window = workers * 4
+        # The workers start on the first submit; an interrupt must not reach one before its
+        # initializer has set it to ignore interrupts, so they are held until then.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            for chunk in todo:
-                in_flight.append(pool.submit(_preprocess_chunk, chunk, spec))
-                if len(in_flight) >= window:
-                    yield from in_flight.popleft().result()
-            while in_flight:
-                yield from in_flight.popleft().result()
+            in_flight.append(pool.submit(_preprocess_chunk, chunks[0], spec))
         finally:
-            for future in in_flight:
-                future.cancel()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        for chunk in chunks[1:]:
+            in_flight.append(pool.submit(_preprocess_chunk, chunk, spec))
+            if len(in_flight) >= window:
+                yield from in_flight.popleft().result()
+        while in_flight:
+            yield from in_flight.popleft().result()
+        completed = True
+    finally:
+        if not completed:
+            # Interrupted or failed: stop the workers now rather than wait for their chunks
+            # (waiting on a pool mid-interrupt is what used to hang).
+            for process in list((pool._processes or {}).values()):
+                process.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init(parent: int) -> None:
+    """Pool workers leave interrupts to the parent and die when it dies (even by kill -9)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    die_with_parent(parent)
 
 
 def _start_methods() -> list[str]:
@@ -129,12 +162,16 @@ def write_part(
     except OSError as exc:
         part_writer.abort()
         raise ImgpackError(
-            f"{writer.out}: cannot write the output ({exc.strerror or exc}); {disk_hint(writer.out)}"
+            f"{writer.out}: cannot write the output ({_one_line(exc)}); {disk_hint(writer.out)}"
         ) from None
     except BaseException:
         part_writer.abort()
         raise
-    return PartResult(part, shards, skipped, {SIZES_KEY: sizes.to_dict()})
+    return PartResult(part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict()})
+
+
+def _one_line(exc: OSError) -> str:
+    return " ".join((exc.strerror or str(exc)).split())
 
 
 # -- progress and resume -------------------------------------------------------------------------
@@ -171,31 +208,24 @@ def _load_progress(out: Path, fingerprint: str) -> dict[int, PartResult]:
 
 def _save_progress(out: Path, fingerprint: str, done: dict[int, PartResult]) -> None:
     data = {"fingerprint": fingerprint, "parts": [asdict(done[k]) for k in sorted(done)]}
-    write_atomic(out / PROGRESS_NAME, json.dumps(data))
+    with _writing(out, "progress file"):
+        write_atomic(out / PROGRESS_NAME, json.dumps(data))
 
 
-def _prepare_output(out: Path, force: bool, resume: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise ImgpackError(f"{out}: exists and is not a directory; choose another -o")
-    if out.exists() and any(out.iterdir()):
-        ours = (out / MANIFEST_NAME).exists() or (out / PROGRESS_NAME).exists()
-        if resume and (out / PROGRESS_NAME).exists():
-            return
-        if resume and (out / MANIFEST_NAME).exists():
-            raise ImgpackError(f"{out}: already complete (has {MANIFEST_NAME}); nothing to resume")
-        if not force:
-            hint = "re-run with --resume to finish it, or " if (out / PROGRESS_NAME).exists() else ""
-            raise ImgpackError(f"{out}: already exists; {hint}pass --force to replace it")
-        if not ours:
-            raise ImgpackError(f"{out}: is not an imgpack output, refusing to delete it even with --force")
-        shutil.rmtree(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".imgpack-write-test"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
+def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
+    """Turn an OSError (disk full, read-only) while writing ``what`` into one clear line."""
+
+    @contextlib.contextmanager
+    def guard():
+        try:
+            yield
+        except OSError as exc:
+            raise ImgpackError(
+                f"{out}: cannot write the {what} ({_one_line(exc)}); {disk_hint(out)}, "
+                "then re-run with --resume"
+            ) from None
+
+    return guard()
 
 
 # -- the pack ------------------------------------------------------------------------------------
@@ -207,14 +237,15 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> 
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     stream = preprocessed([item for _, items in todo for item in items], spec, workers)
-    for p, items in todo:
-        results = (next(stream) for _ in range(len(items)))
-        done[p] = write_part(writer, p, results, on_error, progress.update)
-        save()
+    with contextlib.closing(stream):
+        for p, items in todo:
+            results = (next(stream) for _ in range(len(items)))
+            done[p] = write_part(writer, p, results, on_error, progress.update)
+            save()
 
 
 def pack_folder(
-    src: str | os.PathLike,
+    src: str | os.PathLike | SourceScan,
     out: str | os.PathLike,
     fmt: str = "lmdb",
     spec: PreprocessSpec | None = None,
@@ -228,9 +259,7 @@ def pack_folder(
     quiet: bool = True,
     ray_address: str | None = None,
 ) -> PackReport:
-    """Pack the image folder ``src`` into ``out`` in format ``fmt``; see the module docstring."""
-    from tqdm import tqdm
-
+    """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
@@ -238,17 +267,48 @@ def pack_folder(
         raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
     workers = max(1, workers or os.cpu_count() or 1)
     out = Path(out)
-    writer = writer_class(fmt)(out, spec, options)
+    writer_class(fmt)(out, spec, options)  # option errors before anything is touched
+    scan = src if isinstance(src, SourceScan) else scan_folder(src)
+    check_not_source(scan.root, out)
+    work, lock = open_output(out, force, resume)
+    try:
+        job = (scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started)
+        return _pack_into(work, out, *job)
+    finally:
+        lock.release()
+
+
+def _pack_into(
+    work: Path,
+    out: Path,
+    scan: SourceScan,
+    fmt: str,
+    spec: PreprocessSpec,
+    options: dict[str, Any],
+    workers: int,
+    engine: str,
+    on_error: str,
+    resume: bool,
+    quiet: bool,
+    ray_address: str | None,
+    started: float,
+) -> PackReport:
+    """The pack proper, into ``work`` (``out`` or its staging sibling), the output lock held."""
+    from tqdm import tqdm
+
+    writer = writer_class(fmt)(work, spec, options)
     spec = writer.spec  # a format may pin part of the spec (--to bmp implies --encode bmp)
-    scan = scan_folder(src)
-    _prepare_output(out, force, resume)
     fingerprint = _fingerprint(scan, fmt, spec, options)
-    done = _load_progress(out, fingerprint) if resume else {}
+    remove_temporaries(work)
+    done = _load_progress(work, fingerprint) if resume else {}
+    for p in [p for p, result in done.items() if not writer.part_intact(result)]:
+        del done[p]  # damaged by the interruption: written again
+    _save_progress(work, fingerprint, done)  # from the start: any kill leaves a resumable output
     per_part = writer.samples_per_part(len(scan.items))
     parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]
     remaining = sum(len(items) for p, items in parts if p not in done)
     with tqdm(total=remaining, unit="img", disable=quiet, desc=f"pack {fmt}", dynamic_ncols=True) as bar:
-        save = functools.partial(_save_progress, out, fingerprint, done)
+        save = functools.partial(_save_progress, work, fingerprint, done)
         if engine == "local":
             _run_local(writer, parts, spec, workers, on_error, bar, done, save)
         elif engine == "ray":
@@ -258,11 +318,12 @@ def pack_folder(
         else:
             raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
     results = [done[p] for p, _ in parts]
-    shards, extra = writer.finish(results, scan.classes)
-    skipped = [s for r in results for s in r.skipped]
+    with _writing(work, "dataset"):
+        shards, extra = writer.finish(results, scan.classes)
+    skipped = scan.skipped + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
-        raise ImgpackError(f"{src}: every image was skipped ({len(skipped)}); first reason: {first}")
+        raise ImgpackError(f"{scan.root}: every image was skipped ({len(skipped)}); first reason: {first}")
     manifest = Manifest(
         format=fmt,
         num_samples=sum(s.count for s in shards),
@@ -272,10 +333,12 @@ def pack_folder(
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
-        extra={**extra, "source": str(Path(src).resolve()), "empty_classes": scan.empty_classes},
+        extra={**extra, "source": str(scan.root.resolve()), "empty_classes": scan.empty_classes}
+        | scan.extra,
     )
-    write_manifest(out, manifest)
-    (out / PROGRESS_NAME).unlink(missing_ok=True)
+    with _writing(work, "manifest"):
+        write_manifest(work, manifest)
+    replace_output(work, out)
     return PackReport(
         str(out),
         fmt,

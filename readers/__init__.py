@@ -32,6 +32,8 @@ _EXPORTS = {
     "make_loader": "readers.loader",
     "PackedLoader": "readers.loader",
     "ResumeError": "readers.resume",
+    "mix": "readers.mix",
+    "MixedIterable": "readers.mix",
 }
 
 __all__ = sorted(_EXPORTS)

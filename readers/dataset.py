@@ -10,6 +10,7 @@ import numpy as np
 from torch.utils.data import Dataset, Sampler
 
 from readers.decode import OUTPUT_KINDS, decode_record
+from readers.errors import DecodeError
 from readers.formats import FormatReader, open_reader
 from readers.order import OrderSpec, resolve_rank
 from readers.record import Record
@@ -86,8 +87,12 @@ class PackedDataset(Dataset):
         return self.cache.read(index) if self.cache is not None else self.reader.read(index)
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
+        index = self.reader.check_index(index)
         record = self.record(index)
-        image = decode_record(record, self.decode)
+        try:
+            image = decode_record(record, self.decode)
+        except DecodeError as exc:
+            raise DecodeError(f"{self.reader.describe(index)}: {exc}") from None
         label: Any = record.label
         if self.transform is not None:
             image = self.transform(image)

@@ -8,11 +8,12 @@ Raw pixels are a zero-copy ``np.frombuffer``. BMP is parsed with NumPy (readers.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from readers.errors import DecodeError, ImgpackError
 from readers.record import Record
 
 OUTPUT_KINDS = ("pil", "numpy", "tensor", "bytes")
@@ -100,7 +101,39 @@ DECODERS: dict[str, Callable[[Any, int], np.ndarray]] = {
 
 
 def decode_array(record: Record) -> np.ndarray:
-    """The record's image as an HWC uint8 array (RGB, or one channel for grayscale datasets)."""
+    """The record's image as an HWC uint8 array (RGB, or one channel for grayscale datasets).
+
+    Any decoder failure is a ``DecodeError``; callers that know the sample add where it is.
+    """
+    try:
+        return _decode_array(record)
+    except ImgpackError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - each decoder fails its own way; all mean "corrupt"
+        raise DecodeError(
+            f"{record.encoding} image bytes do not decode ({type(exc).__name__}: {exc}); "
+            "the dataset is corrupt, run `pack verify` and re-pack"
+        ) from None
+
+
+def naming_decode_errors(items: Iterator[Any], reader: Any, indices: Any, records: list) -> Iterator[Any]:
+    """``items``, with a ``DecodeError`` raised while producing them re-raised naming its sample.
+
+    ``records`` are the records being decoded and ``indices`` their global sample indices; on
+    an error (rare) they are decoded one by one to find the failing sample.
+    """
+    try:
+        yield from items
+    except DecodeError as exc:
+        for index, record in zip(np.asarray(indices).tolist(), records):
+            try:
+                _decode_array(record)
+            except Exception:  # noqa: BLE001 - this is the failing sample
+                raise DecodeError(f"{reader.describe(index)}: {exc}") from None
+        raise
+
+
+def _decode_array(record: Record) -> np.ndarray:
     channels = record.channels or 3
     if record.encoding == "raw":
         return np.frombuffer(record.data, dtype=np.uint8).reshape(record.height, record.width, channels)

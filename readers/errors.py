@@ -15,3 +15,7 @@ class ManifestError(ImgpackError):
 
 class ChecksumError(ImgpackError):
     """Stored bytes do not match the checksum recorded at packing time."""
+
+
+class DecodeError(ImgpackError):
+    """Stored image bytes do not decode; the message names the dataset, part and sample."""

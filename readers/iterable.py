@@ -6,25 +6,22 @@ Which samples a rank and a DataLoader worker read, and in what order, is decided
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import IterableDataset, get_worker_info
 
 from readers.batch import BatchAssembler, Crop, Size
 from readers.batch_check import check_batch_sizes
-from readers.decode import OUTPUT_KINDS, decode_record, to_output
+from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors, to_output
 from readers.formats import open_reader
-from readers.order import OrderSpec, num_chunks, resolve_rank, worker_chunks
-from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, make_state
+from readers.order import OrderSpec, resolve_rank
+from readers.stream import EpochStream
 from readers.whole_batch import whole_batch
 
 
-class PackedIterable(IterableDataset):
+class PackedIterable(EpochStream):
     """Reads a packed dataset as a stream of samples, or of whole batches when ``batch_size`` is set.
 
     With ``batch_size`` the workers assemble batches and the DataLoader must run with
@@ -107,133 +104,23 @@ class PackedIterable(IterableDataset):
         self._geometric = crop is not None or size is not None or self.assembler.augment.active
         if batch_size is None and self._geometric and decode == "bytes":
             raise ValueError("crop=, size= and flip= need decoded images: decode='tensor', 'numpy' or 'pil'")
-        # Shared with worker processes (fork and spawn), so persistent workers see set_epoch.
-        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
-        # Samples worker processes have yielded: lets state_dict() in the main process tell
-        # "nothing read yet" from "read in workers, which it cannot see".
-        self._worker_yields = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self._resume: ResumePoint | None = None  # set by load_state_dict, used by the next iteration
-        self._pass: Pass | None = None  # the iteration running in this process
-
-    def set_loader_batch_size(self, loader_batch_size: int | None) -> None:
-        """The DataLoader's batch size on the per-sample path (workers take turns by that many)."""
-        if loader_batch_size is not None and loader_batch_size < 1:
-            raise ValueError(f"loader_batch_size must be a positive integer, got {loader_batch_size}")
-        self.loader_batch_size = loader_batch_size
-        unit = self.batch_size or loader_batch_size or 1
-        self.order = dataclasses.replace(self.order, unit=unit)
-
-    # -- epoch, length, resume ----------------------------------------------------------------
-    @property
-    def epoch(self) -> int:
-        return int(self._epoch.item())
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch to read. A pending resume point survives only if it names this epoch."""
-        self._epoch.fill_(int(epoch))
-        if self._resume is not None and self._resume.epoch != int(epoch):
-            self._resume = None
-        self._pass = None
-        self._worker_yields.zero_()
+        self.init_stream()
 
     @property
     def classes(self) -> list[str]:
         return list(self.reader.manifest.classes)
 
-    @property
-    def num_samples(self) -> int:
-        """Samples this rank reads in the current epoch (what is left of it after a resume)."""
-        resume = self._pending_resume()
-        if resume is None:
-            return self.order.samples_per_rank
-        return self.order.samples_from(resume.position) - resume.offset
-
-    def __len__(self) -> int:
-        """Batches for this rank when ``batch_size`` is set, else samples (what is left after a resume)."""
-        if self.batch_size is None:
-            return self.num_samples
-        return num_chunks(self.num_samples, self.batch_size, self.order.drop_last)
-
-    def _pending_resume(self) -> ResumePoint | None:
-        resume = self._resume
-        return resume if resume is not None and resume.epoch == self.epoch else None
-
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """Where the epoch stands, as a plain dict to save with a checkpoint.
-
-        In a DataLoader worker this is that worker's state (the protocol of torchdata's
-        ``StatefulDataLoader``, which calls it). In the process that iterates (``num_workers=0``)
-        it is exact with no argument. With a plain ``DataLoader`` and workers, pass ``consumed``:
-        the samples this rank has taken from the loader since the current ``iter(loader)`` began.
-        """
-        info = get_worker_info()
-        if info is not None:
-            if self._pass is None:
-                return self._state(self._pending_resume() or self._start_point())
-            return self._state(self._pass.worker_state())
-        if consumed is None:
-            if self._pass is not None:
-                return self._state(self._pass.reached(self.order))
-            if int(self._worker_yields.item()) > 0:
-                raise ResumeError(
-                    "state_dict() cannot see what DataLoader workers have read: use "
-                    "readers.make_loader (a StatefulDataLoader) and loader.state_dict(), or pass "
-                    "consumed=<samples taken from the loader since iter(loader) began>"
-                )
-            return self._state(self._pending_resume() or self._start_point())
-        start = self._pending_resume() or self._start_point()
-        return self._state(advance(self.order, start, int(consumed)))
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from ``state`` (from ``state_dict`` or ``loader.state_dict()``): the next
-        iteration of that epoch yields exactly what an uninterrupted run would have yielded next."""
-        in_worker = get_worker_info() is not None
-        point = check_state(state, self.order, in_worker)
-        if not in_worker:  # a worker's state must not move the epoch the main process chose
-            self._epoch.fill_(point.epoch)
-        self._resume = point
-        self._pass = None
-        self._worker_yields.zero_()
-
-    def _start_point(self) -> ResumePoint:
-        return ResumePoint(self.epoch, 0, 0)
-
-    def _state(self, point: ResumePoint) -> dict[str, Any]:
-        return make_state(point, self.order)
-
     # -- iteration ----------------------------------------------------------------------------
     def _label(self, label: int) -> Any:
         return self.target_transform(label) if self.target_transform is not None else label
 
-    def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch = self.epoch
-        start = self._pending_resume() or self._start_point()
-        self._resume = None  # used up by this iteration (persistent workers must not reuse it)
-        skip = start.worker_skip(worker, workers)
-        self._pass = Pass(epoch, ResumePoint(epoch, start.position, start.offset), worker, workers, skip)
-        positions = self.order.epoch_order(epoch, start.position)
-        spans = trimmed(worker_chunks(len(positions), self.order.unit, worker, workers, False), start.offset)
-        if skip:
-            spans = trimmed(spans, skip, relative=True)
-        if info is not None:
-            self._worker_yields.fill_(1)
-        # Read a worker's next few chunks together, so per-sample chunks still read in blocks.
-        group = max(1, self.order.block_size // self.order.unit)
-        pending: list[tuple[int, int]] = []
-        for span in spans:
-            pending.append(span)
-            if len(pending) >= group:
-                yield from self._emit(positions, pending)
-                pending = []
-        yield from self._emit(positions, pending)
-
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
-        if not spans:
-            return
         wanted = np.concatenate([positions[a:b] for a, b in spans])
         records = self.reader.read_many(wanted)
+        emitted = self._emit_records(records, positions, spans)
+        yield from naming_decode_errors(emitted, self.reader, wanted, records)
+
+    def _emit_records(self, records: list, positions: np.ndarray, spans: list[tuple[int, int]]):
         epoch = self._pass.epoch  # random crops and flips: a function of (seed, epoch, sample index)
         cursor = 0
         for a, b in spans:
@@ -257,17 +144,6 @@ class PackedIterable(IterableDataset):
                         image = self.transform(image)
                     self._pass.samples += 1
                     yield image, self._label(record.label)
-
-
-def trimmed(spans: Iterator[tuple[int, int]], skip: int, relative: bool = False) -> Iterator[tuple[int, int]]:
-    """``spans`` without their first positions: those below ``skip`` (absolute), or the first
-    ``skip`` positions they cover (``relative``)."""
-    for a, b in spans:
-        cut = min(b, a + skip) if relative else max(a, min(b, skip))
-        if relative:
-            skip -= cut - a
-        if cut < b:
-            yield cut, b
 
 
 def open_iterable(path: str | os.PathLike, *args: Any, **kwargs: Any) -> PackedIterable:

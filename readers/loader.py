@@ -26,18 +26,18 @@ from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from readers.iterable import PackedIterable
-from readers.resume import ResumeError, ResumePoint, advance, make_state
+from readers.resume import ResumeError, ResumePoint, advance
+from readers.stream import EpochStream
 
 STATE_KEY = "imgpack"
 
 
 class PackedLoader(StatefulDataLoader):
-    """A ``StatefulDataLoader`` over a ``PackedIterable`` that also records the global position."""
+    """A ``StatefulDataLoader`` over an ``open_iterable``/``mix`` stream, recording the global position."""
 
-    dataset: PackedIterable
+    dataset: EpochStream
 
-    def __init__(self, dataset: PackedIterable, **kwargs: Any):
+    def __init__(self, dataset: EpochStream, **kwargs: Any):
         super().__init__(dataset, **kwargs)
         self._chunks = 0  # batches handed to the training loop in the current pass
         self._pass_start: ResumePoint | None = None
@@ -67,7 +67,7 @@ class PackedLoader(StatefulDataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state[STATE_KEY] = make_state(self.global_point(), self.dataset.order)
+        state[STATE_KEY] = self.dataset._state(self.global_point())
         state[STATE_KEY]["num_workers"] = self.num_workers
         return state
 
@@ -92,7 +92,7 @@ class PackedLoader(StatefulDataLoader):
 
 
 def make_loader(
-    dataset: PackedIterable,
+    dataset: EpochStream,
     *,
     batch_size: int | None = None,
     num_workers: int = 0,
@@ -104,8 +104,9 @@ def make_loader(
     other keyword arguments go to the DataLoader (``pin_memory``, ``persistent_workers``,
     ``prefetch_factor``, ``worker_init_fn``, ``collate_fn``...).
     """
-    if not isinstance(dataset, PackedIterable):
-        raise TypeError(f"make_loader takes a dataset from open_iterable, got {type(dataset).__name__}")
+    if not isinstance(dataset, EpochStream):
+        kind = type(dataset).__name__
+        raise TypeError(f"make_loader takes a dataset from open_iterable or readers.mix, got {kind}")
     if dataset.batch_size is not None:
         if batch_size is not None:
             raise ValueError(

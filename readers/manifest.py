@@ -7,19 +7,26 @@ manifest is always a complete dataset and anything else is refused with a clear 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from readers.errors import ManifestError
+from readers.errors import ChecksumError, ManifestError
+from readers.manifest_schema import check_schema
 
 MANIFEST_NAME = "manifest.json"
 PROGRESS_NAME = ".imgpack-progress.json"  # present while a pack runs or after it was interrupted
-FORMAT_VERSION = 1
+# The manifest's own checksum: sha256 of its other fields as canonical JSON. Readers with
+# ``verify=True`` (and ``pack verify``) refuse a manifest whose fields no longer match it, so a
+# flipped byte in a count, a class name or a shard checksum is caught; plain reads accept
+# hand-edited manifests (whose schema still passes).
+SEAL_FIELD = "manifest_sha256"
+# 2: the per-record checksums of LMDB and HDF5 also cover the label and the shape fields.
+FORMAT_VERSION = 2
 ENCODINGS = ("jpeg", "png", "raw", "bmp", "original")
 
 
@@ -30,6 +37,21 @@ def imgpack_version() -> str:
         return version("imgpack")
     except Exception:  # running from a source tree that is not installed
         return "0+unknown"
+
+
+def json_text(data: Any, indent: int | None = None) -> str:
+    """JSON with names kept readable, or \\u-escaped where a name is not UTF-8.
+
+    A file or folder name that is not valid UTF-8 reaches Python as lone surrogates
+    (surrogateescape); those cannot be written as UTF-8 but are valid JSON as \\u escapes, and
+    read back into the same str (``os.fsencode`` gives the original bytes).
+    """
+    text = json.dumps(data, indent=indent, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, indent=indent, ensure_ascii=True)
+    return text
 
 
 @dataclass
@@ -65,46 +87,36 @@ class Manifest:
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, ensure_ascii=False, sort_keys=False) + "\n"
+        data = asdict(self)
+        data[SEAL_FIELD] = seal_of(data)
+        return json_text(data, indent=2) + "\n"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "manifest") -> Manifest:
-        required = ("format", "format_version", "num_samples", "classes", "encoding", "shards")
-        missing = [k for k in required if k not in data]
-        if missing:
-            raise ManifestError(f"{where}: missing field(s) {', '.join(missing)}; re-pack the dataset")
-        version = data["format_version"]
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ManifestError(
-                f"{where}: format_version {version!r} is newer than this imgpack supports "
-                f"({FORMAT_VERSION}); upgrade imgpack (pip install -U imgpack)"
-            )
-        try:
-            shards = [Shard(**s) for s in data["shards"]]
-        except TypeError as exc:
-            raise ManifestError(f"{where}: malformed shard entry ({exc}); re-pack the dataset") from None
+        check_schema(data, where, ENCODINGS, FORMAT_VERSION)
+        shards = [Shard(**s) for s in data["shards"]]
         known = {f for f in cls.__dataclass_fields__}
         fields = {k: v for k, v in data.items() if k in known and k != "shards"}
         manifest = cls(shards=shards, **fields)
-        manifest.validate(where)
+        # True / False: the seal matches or not; None: no seal (written by hand or by hand-edit).
+        manifest.__dict__["_sealed"] = seal_of(data) == data[SEAL_FIELD] if SEAL_FIELD in data else None
+        manifest.__dict__["_where"] = where
         return manifest
 
-    def validate(self, where: str = "manifest") -> None:
-        if self.encoding not in ENCODINGS:
-            raise ManifestError(f"{where}: unknown encoding {self.encoding!r}")
-        total = 0
-        for shard in self.shards:
-            if shard.first != total:
-                raise ManifestError(
-                    f"{where}: shard {shard.file} starts at {shard.first}, expected {total}; "
-                    "the manifest is corrupt, re-pack the dataset"
-                )
-            total += shard.count
-        if total != self.num_samples:
-            raise ManifestError(
-                f"{where}: shards hold {total} samples but num_samples is {self.num_samples}; "
-                "the manifest is corrupt, re-pack the dataset"
+    def check_seal(self) -> None:
+        """Raise ChecksumError unless the manifest read from disk matches its own checksum."""
+        sealed = self.__dict__.get("_sealed", True)
+        if not sealed:
+            where = self.__dict__.get("_where", "manifest")
+            problem = "has no manifest_sha256" if sealed is None else "does not match its manifest_sha256"
+            raise ChecksumError(
+                f"{where}: {problem} (hand-edited or corrupt); re-pack the dataset, or read it "
+                "without verify=True if the edit was deliberate"
             )
+
+    def validate(self, where: str = "manifest") -> None:
+        """Raise ManifestError unless this manifest passes the schema readers check."""
+        check_schema(asdict(self), where, ENCODINGS, FORMAT_VERSION)
 
     def shard_of(self, index: int) -> int:
         """Position in ``shards`` of the shard holding global sample ``index``."""
@@ -114,6 +126,13 @@ class Manifest:
         if firsts is None or len(firsts) != len(self.shards):
             firsts = self.__dict__["_firsts"] = [s.first for s in self.shards]
         return bisect.bisect_right(firsts, index) - 1
+
+
+def seal_of(data: dict[str, Any]) -> str:
+    """sha256 of every field but the seal itself, as canonical JSON."""
+    fields = {k: v for k, v in data.items() if k != SEAL_FIELD}
+    text = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def read_manifest(root: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> Manifest:
@@ -163,9 +182,10 @@ def _read_remote_manifest(root: str, storage_options: dict[str, Any] | None) -> 
 def write_atomic(path: Path, text: str) -> None:
     """Write text to path so that readers see either the old file or the complete new one."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # A plain open (not mkstemp's 0600) so the file honours the umask like the data files.
+    tmp = path.with_name(f".{path.name.lstrip('.')}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

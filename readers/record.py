@@ -1,7 +1,9 @@
 """One packed sample as the readers see it, and the fixed binary header used to store it.
 
 The header is plain ``struct`` data (never pickle), shared by every format that stores samples
-as opaque values (LMDB today): label, encoding, shape and a CRC32 of the image bytes.
+as opaque values (LMDB today): label, encoding, shape and a CRC32. The CRC32 covers the header
+fields before it as well as the image bytes, so an edited label or shape is caught like an edited
+pixel; HDF5 stores the same checksum (``record_crc``) per sample.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ ENCODING_NAMES = {code: name for name, code in ENCODING_CODES.items()}
 
 # label:int32, encoding:uint8, channels:uint8, reserved:uint16, height:uint32, width:uint32, crc32:uint32
 HEADER = struct.Struct("<iBBHIII")
+CHECKED = struct.Struct("<iBBHII")  # the header fields the CRC32 covers (all but the CRC itself)
 
 
 class Record(NamedTuple):
@@ -45,8 +48,15 @@ def crc32(data: Buffer) -> int:
     return zlib.crc32(data) & 0xFFFFFFFF
 
 
+def record_crc(data: Buffer, label: int, height: int, width: int, channels: int, encoding: str) -> int:
+    """CRC32 of a sample's label, encoding and shape followed by its image bytes."""
+    fields = CHECKED.pack(label, ENCODING_CODES[encoding], channels, 0, height, width)
+    return zlib.crc32(data, zlib.crc32(fields)) & 0xFFFFFFFF
+
+
 def pack_record(data: Buffer, label: int, height: int, width: int, channels: int, encoding: str) -> bytes:
-    header = HEADER.pack(label, ENCODING_CODES[encoding], channels, 0, height, width, crc32(data))
+    checksum = record_crc(data, label, height, width, channels, encoding)
+    header = HEADER.pack(label, ENCODING_CODES[encoding], channels, 0, height, width, checksum)
     return header + bytes(data)
 
 
@@ -61,8 +71,8 @@ def unpack_record(value: Buffer, verify: bool = False, where: str | Callable[[],
         raise ChecksumError(f"{_name(where)}: value of {len(view)} bytes is shorter than the record header")
     label, code, channels, _, height, width, checksum = HEADER.unpack_from(view)
     data = view[HEADER.size :]
-    if verify and crc32(data) != checksum:
+    if verify and zlib.crc32(data, zlib.crc32(view[: CHECKED.size])) & 0xFFFFFFFF != checksum:
         raise ChecksumError(
-            f"{_name(where)}: image bytes do not match their checksum; the dataset is corrupt"
+            f"{_name(where)}: label, shape or image bytes do not match their checksum; the dataset is corrupt"
         )
     return Record(data, label, height, width, channels, ENCODING_NAMES.get(code, "original"))

@@ -9,18 +9,86 @@ so a re-packed dataset never reads a stale copy and several processes can share 
 download goes to a temporary name, is checked against the manifest's size and sha256, then
 renamed into place, so a partial or corrupt download is never used. A lock file per shard makes
 concurrent DataLoader workers wait for one download instead of each fetching the shard.
+A shard's ``.idx`` is cached next to it (``<sha256>.idx``), so a fully cached dataset makes no
+remote request after its manifest. With ``verify=True`` a cached shard's sha256 is checked the
+first time a process uses it, and a corrupt copy is downloaded again. Files left by killed
+downloads (``.part``, ``.lock``) are removed when a cache is opened.
+
+Every remote call is bounded: S3 and HTTP filesystems get connect and read timeouts and a small
+number of retries (``REMOTE_DEFAULTS``; any key the user passes in ``storage_options`` wins, and
+``storage_options["retries"]`` sets s3fs's own retry loop), and a failure becomes a
+``RemoteError`` naming the URL, never an endless wait.
 """
 
 from __future__ import annotations
 
+import copy
+import errno
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from readers.errors import ChecksumError, ManifestError
+from readers.errors import ChecksumError, ImgpackError, ManifestError
 
 DOWNLOAD_CHUNK = 4 << 20
+T = TypeVar("T")
+
+# Seconds and attempts; worst case for one call is about retries * attempts * read_timeout.
+CONNECT_TIMEOUT = 10
+READ_TIMEOUT = 30
+ATTEMPTS = 2
+RETRIES = 2
+REMOTE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "s3": {
+        "config_kwargs": {
+            "connect_timeout": CONNECT_TIMEOUT,
+            "read_timeout": READ_TIMEOUT,
+            "retries": {"max_attempts": ATTEMPTS, "mode": "standard"},
+        },
+    },
+}
+REMOTE_DEFAULTS["s3a"] = REMOTE_DEFAULTS["s3"]
+
+
+class RemoteError(ImgpackError):
+    """A remote dataset could not be read: the server failed, refused, or did not answer in time."""
+
+
+def bounded_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """``storage_options`` with the timeout and retry defaults of the URL's protocol filled in."""
+    options = dict(storage_options or {})
+    protocol = url.split("://", 1)[0]
+    # Deep-copied: botocore rewrites the retries dict it is given.
+    for key, value in copy.deepcopy(REMOTE_DEFAULTS.get(protocol, {})).items():
+        if isinstance(value, dict):
+            options[key] = {**value, **options.get(key, {})}
+        else:
+            options.setdefault(key, value)
+    if protocol in ("http", "https") and "timeout" not in options.get("client_kwargs", {}):
+        try:
+            import aiohttp
+
+            timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=READ_TIMEOUT)
+            options["client_kwargs"] = {**options.get("client_kwargs", {}), "timeout": timeout}
+        except ImportError:
+            pass
+    return options
+
+
+def remote_call(url: str, what: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``call(*args, **kwargs)``, with any failure but a missing object turned into a RemoteError."""
+    try:
+        return call(*args, **kwargs)
+    except (FileNotFoundError, ImgpackError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - fsspec backends raise many kinds; all mean the same
+        raise RemoteError(
+            f"{url}: {what} failed ({type(exc).__name__}: {exc}); the server refused or did not "
+            "answer within the timeouts (set storage_options, e.g. config_kwargs connect_timeout, "
+            "read_timeout, retries for s3); check the URL, credentials and network"
+        ) from None
 
 
 def is_url(path: Any) -> bool:
@@ -37,49 +105,107 @@ def url_fs(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any
         from fsspec.core import url_to_fs
     except ImportError:
         raise ManifestError(f"{url}: reading URLs needs fsspec: pip install fsspec") from None
+    options = bounded_options(url, storage_options)
+    retries = options.pop("retries", RETRIES)  # s3fs's own retry loop, around botocore's attempts
     try:
-        return url_to_fs(url, **(storage_options or {}))
+        fs, path = url_to_fs(url, **options)
     except ImportError as exc:
         raise ManifestError(
             f"{url}: no fsspec backend for this URL ({exc}); install it, e.g. pip install s3fs"
         ) from None
+    if hasattr(fs, "retries"):
+        fs.retries = max(1, int(retries))
+    return fs, path
 
 
 def read_url(url: str, storage_options: dict[str, Any] | None = None) -> bytes:
     """The whole object at ``url``; FileNotFoundError if it does not exist."""
     fs, path = url_fs(url, storage_options)
-    return fs.cat_file(path)
+    return remote_call(url, "reading", fs.cat_file, path)
 
 
 class ShardCache:
     """Whole shards downloaded once into ``cache_dir``, least recently used evicted past ``max_bytes``."""
 
+    # (path, inode, mtime) of cached shards whose sha256 this process has checked.
+    checked: set[tuple] = set()
+
     def __init__(self, cache_dir: str | os.PathLike, max_bytes: int | None = None):
         self.dir = Path(cache_dir).expanduser()
         self.max_bytes = max_bytes
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.clean()
 
     def path(self, sha256: str) -> Path:
         return self.dir / f"{sha256}.tar"
 
-    def get(self, fs: Any, remote: str, url: str, size: int, sha256: str) -> Path:
-        """Local copy of the shard at ``url`` (fetched if absent), checked against size and sha256."""
+    def clean(self) -> None:
+        """Remove ``.part`` files of dead downloads and ``.lock`` files nobody holds."""
+        import fcntl
+
+        for part in self.dir.glob(".*.part"):
+            pid = part.name.rsplit(".", 2)[-2]
+            if pid.isdigit() and _alive(int(pid)):
+                continue
+            part.unlink(missing_ok=True)
+        for lock_path in self.dir.glob("*.lock"):
+            try:
+                with open(lock_path, "a+b") as lock:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    lock_path.unlink(missing_ok=True)
+            except OSError:
+                continue  # held by a download in progress
+
+    def get(self, fs: Any, remote: str, url: str, size: int, sha256: str, verify: bool = False) -> Path:
+        """Local copy of the shard at ``url`` (fetched if absent), checked against size and sha256.
+
+        With ``verify`` the copy's sha256 is checked once per process; a corrupt copy is replaced.
+        """
         import fcntl
 
         final = self.path(sha256)
-        if self._usable(final, size):
+        if self._usable(final, size, sha256, verify):
             return final
-        with open(self.dir / f"{sha256}.lock", "a+b") as lock:
+        lock_path = self.dir / f"{sha256}.lock"
+        with open(lock_path, "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be fetching this shard right now
-            if not self._usable(final, size):
+            if not self._usable(final, size, sha256, verify):
                 self._download(fs, remote, url, final, size, sha256)
+            # Unlinked while held: a waiter then locks an orphan and may download again, harmless.
+            lock_path.unlink(missing_ok=True)
         self.evict(keep=final)
         return final
 
-    def _usable(self, path: Path, size: int) -> bool:
+    def index_text(self, fs: Any, remote_index: str, url: str, sha256: str) -> str:
+        """The shard's ``.idx`` text, from the cache or fetched once and cached."""
+        cached = self.dir / f"{sha256}.idx"
         try:
-            if path.stat().st_size != size:
+            return cached.read_text(encoding="ascii")
+        except FileNotFoundError:
+            pass
+        except (OSError, UnicodeDecodeError):
+            cached.unlink(missing_ok=True)
+        text = remote_call(url, "reading the index", fs.cat_file, remote_index).decode("ascii", "replace")
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.part")
+        tmp.write_text(text, encoding="ascii", errors="replace")
+        os.replace(tmp, cached)
+        return text
+
+    def _usable(self, path: Path, size: int, sha256: str, verify: bool) -> bool:
+        try:
+            st = path.stat()
+            if st.st_size != size:
                 return False
+            key = (str(path), st.st_ino, st.st_mtime_ns)
+            if verify and key not in self.checked:
+                from readers.formats.base import sha256_of
+
+                with open(path, "rb") as fh:
+                    digest = sha256_of(fh)
+                if digest != sha256:
+                    path.unlink(missing_ok=True)  # corrupt copy: download it again
+                    return False
+                self.checked.add(key)
             os.utime(path)  # mark as recently used
             return True
         except FileNotFoundError:
@@ -89,18 +215,24 @@ class ShardCache:
         tmp = final.with_name(f".{final.name}.{os.getpid()}.part")
         digest = hashlib.sha256()
         got = 0
-        try:
+
+        def fetch() -> None:
+            nonlocal got
             with fs.open(remote, "rb", block_size=DOWNLOAD_CHUNK) as src, open(tmp, "wb") as dst:
                 while chunk := src.read(DOWNLOAD_CHUNK):
                     digest.update(chunk)
                     dst.write(chunk)
                     got += len(chunk)
+
+        try:
+            remote_call(url, "downloading", fetch)
             if got != size or digest.hexdigest() != sha256:
                 raise ChecksumError(
                     f"{url}: downloaded {got} bytes (manifest: {size}) whose sha256 does not match the "
                     "manifest; the remote shard is truncated or modified, re-upload or re-pack it"
                 )
             os.replace(tmp, final)
+            self.checked.add((str(final), final.stat().st_ino, final.stat().st_mtime_ns))
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -122,4 +254,13 @@ class ShardCache:
                 continue
             # Open handles in other processes keep working: unlinking only drops the name.
             path.unlink(missing_ok=True)
+            path.with_suffix(".idx").unlink(missing_ok=True)
             total -= size
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return True

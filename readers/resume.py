@@ -94,13 +94,17 @@ def order_identity(order: OrderSpec) -> dict[str, Any]:
     }
 
 
-def make_state(point: ResumePoint, order: OrderSpec) -> dict[str, Any]:
+def make_state(
+    point: ResumePoint, order: OrderSpec, identity: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The state dict for ``point``; ``identity``: more fields a resume must match (e.g. a mix's)."""
     state: dict[str, Any] = {
         "imgpack_state": STATE_VERSION,
         "epoch": point.epoch,
         "position": point.position,
         "offset": point.offset,
         **order_identity(order),
+        **(identity or {}),
     }
     if point.worker_progress is not None:
         state.update(zip(WORKER_FIELDS, point.worker_progress, strict=True))
@@ -122,7 +126,9 @@ def advance(order: OrderSpec, start: ResumePoint, samples: int) -> ResumePoint:
     return ResumePoint(start.epoch, order.position_after(chunks, start.position), offset)
 
 
-def check_state(state: Any, order: OrderSpec, in_worker: bool) -> ResumePoint:
+def check_state(
+    state: Any, order: OrderSpec, in_worker: bool, identity: dict[str, Any] | None = None
+) -> ResumePoint:
     """The resume point in ``state``, after checking every field against this dataset."""
     if not isinstance(state, dict):
         raise ResumeError(f"a resume state is a dict from state_dict(), got {type(state).__name__}")
@@ -146,6 +152,11 @@ def check_state(state: Any, order: OrderSpec, in_worker: bool) -> ResumePoint:
             raise ResumeError(
                 f"cannot resume: the state has {key}={state[key]!r} but this dataset has {mine[key]!r} "
                 "(the order of an epoch depends on it)"
+            )
+    for key, value in (identity or {}).items():
+        if state.get(key) != value:
+            raise ResumeError(
+                f"cannot resume: the state has {key}={state.get(key)!r} but this stream has {value!r}"
             )
     epoch, position, offset = state["epoch"], state["position"], state["offset"]
     if epoch < 0:

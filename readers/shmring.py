@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from readers.process import pid_alive
+
 MAX_SLOTS = 8  # per worker; a DataLoader keeps prefetch_factor (2) batches per worker in flight
 FREE, BUSY = 0, 1
 
@@ -136,22 +138,12 @@ STATS = {"leases": 0}  # batches received through a ring slot in this process
 _LOCK = threading.Lock()  # the DataLoader's pin-memory thread also unpickles batches
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _register(token: int, pid: int, flags: torch.Tensor | None) -> _MainRing:
     ring = _MAIN_RINGS.get(token)
     if ring is None:
         if flags is None:
             raise RuntimeError("imgpack: a batch arrived from an unknown shared-memory ring")
-        for old in [t for t, r in _MAIN_RINGS.items() if r.pid == pid or not _alive(r.pid)]:
+        for old in [t for t, r in _MAIN_RINGS.items() if r.pid == pid or not pid_alive(r.pid)]:
             del _MAIN_RINGS[old]  # tensors still held by the user keep their memory alive
         ring = _MAIN_RINGS[token] = _MainRing(pid, flags)
     return ring

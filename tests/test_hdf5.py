@@ -150,14 +150,19 @@ def test_verify_detects_corruption(packed, tmp_path):
     data = path / "data-000000.h5"
     with h5py.File(data, "r") as f:
         where = f["images"].id.get_chunk_info(7).byte_offset + 100  # inside image 7's pixels
+    opened = open_reader(path, verify=True)
+    opened.read(0)  # the file's sha256 is checked when it is opened, before the corruption
     blob = bytearray(data.read_bytes())
     blob[where] ^= 0xFF
-    data.write_bytes(bytes(blob))
+    with open(data, "r+b") as fh:  # in place: the open reader sees the change
+        fh.write(blob)
     proc = run_cli("verify", path)
     assert proc.returncode == 1 and "sha256" in proc.stderr and "data-000000.h5" in proc.stderr
-    # The per-image CRC32 catches it too, when a reader verifies.
+    with pytest.raises(ChecksumError, match="sha256"):
+        open_reader(path, verify=True).read(0)
+    # The per-image CRC32 catches it too, in a reader that opened the file before.
     with pytest.raises(ChecksumError, match="sample 7"):
-        open_reader(path, verify=True).read_block(0, 10)
+        opened.read_block(0, 10)
 
 
 def test_dataloader_workers(packed):

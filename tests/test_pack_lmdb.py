@@ -14,6 +14,7 @@ from packer.preprocess import PreprocessSpec, preprocess_file
 from packer.source import scan_folder
 from readers import open_dataset, read_manifest
 from readers.errors import ManifestError
+from readers.manifest import FORMAT_VERSION
 from tests.conftest import SAMPLE_DATA
 
 
@@ -155,7 +156,7 @@ def test_incomplete_dataset_is_refused(tmp_path, packed):
     newer = (
         read_manifest(packed("lmdb", encode="jpeg", resize=32))
         .to_json()
-        .replace('"format_version": 1', '"format_version": 99')
+        .replace(f'"format_version": {FORMAT_VERSION}', '"format_version": 99')
     )
     (tmp_path / "manifest.json").write_text(newer)
     with pytest.raises(ManifestError, match="newer than this imgpack"):

@@ -220,7 +220,7 @@ def test_checksum_mismatch_under_verify_names_the_shard(packed, tmp_path):
     data[1000] ^= 0xFF  # inside the first image: same size, different bytes
     shard.write_bytes(bytes(data))
     assert open_reader(root).read(20).label >= 0  # without verify nothing is checked
-    with pytest.raises(ChecksumError, match="shard-000002.tar: shard bytes do not match"):
+    with pytest.raises(ChecksumError, match="shard-000002.tar: sha256 does not match"):
         open_reader(root, verify=True).read(20)
     proc = run_cli("verify", root)
     assert proc.returncode == 1 and "shard-000002.tar" in proc.stderr

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import time
 
 import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
+from packer.formats.base import file_sha256
 from readers import open_dataset, open_iterable
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
+from readers.remote import RemoteError, bounded_options
 
 BUCKET = "imgpack-test"
 SPLIT = {"samples_per_shard": 10}
@@ -131,3 +135,91 @@ def test_missing_remote_dataset_is_a_clear_error(remote):
     _, _, options = remote
     with pytest.raises(ManifestError, match=f"s3://{BUCKET}/nothing/manifest.json: not found"):
         open_reader(f"s3://{BUCKET}/nothing", storage_options=options)
+
+
+@pytest.fixture
+def stalled_server():
+    """A TCP server on 127.0.0.1 that accepts connections and never answers; yields its port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_stalled_server_fails_within_a_bounded_time(stalled_server):
+    options = {
+        "anon": True,
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{stalled_server}"},
+        "config_kwargs": {"connect_timeout": 1, "read_timeout": 1},  # retries: imgpack's defaults
+    }
+    started = time.monotonic()
+    with pytest.raises(RemoteError, match=r"s3://stalled/ds/manifest.json: reading failed .*timeouts"):
+        open_reader("s3://stalled/ds", storage_options=options)
+    assert time.monotonic() - started < 30
+    defaults = bounded_options("s3://stalled/ds", {"config_kwargs": {"read_timeout": 5}})
+    assert defaults["config_kwargs"]["read_timeout"] == 5  # the user's value wins
+    assert defaults["config_kwargs"]["connect_timeout"] == 10
+    assert defaults["config_kwargs"]["retries"]["max_attempts"] == 2
+
+
+def test_fully_cached_dataset_makes_no_shard_or_index_request(s3, remote, tmp_path):
+    fs, _ = s3
+    local, _, options = remote
+    url = f"s3://{BUCKET}/cached"
+    fs.put(str(local) + "/", f"{BUCKET}/cached", recursive=True)
+    cache = tmp_path / "cache"
+    first = open_reader(url, storage_options=options, cache_dir=str(cache))
+    want = [bytes(r.data) for r in first.read_block(0, 44)]
+    assert len(list(cache.glob("*.idx"))) == len(first.manifest.shards)
+    for path in fs.ls(f"{BUCKET}/cached"):
+        if not path.endswith("manifest.json"):
+            fs.rm(path)  # only the manifest is left remotely
+    second = open_reader(url, storage_options=options, cache_dir=str(cache))
+    assert [bytes(r.data) for r in second.read_block(0, 44)] == want
+    assert not list(cache.glob("*.lock")) and not list(cache.glob(".*.part"))
+
+
+def test_corrupt_cached_shard_is_downloaded_again_under_verify(remote, tmp_path):
+    local, url, options = remote
+    reader = open_reader(url, storage_options=options, cache_dir=str(tmp_path))
+    want = bytes(reader.read(12).data)
+    cached = tmp_path / f"{reader.manifest.shards[1].sha256}.tar"
+    blob = bytearray(cached.read_bytes())
+    blob[700] ^= 0xFF
+    with open(cached, "r+b") as fh:
+        fh.write(blob)
+    checked = open_reader(url, storage_options=options, cache_dir=str(tmp_path), verify=True)
+    assert bytes(checked.read(12).data) == want
+    assert file_sha256(cached) == reader.manifest.shards[1].sha256  # replaced by a fresh download
+
+
+def test_leftover_part_and_lock_files_are_cleaned(remote, tmp_path):
+    _, url, options = remote
+    dead = tmp_path / f".{'a' * 64}.tar.{2**22 + 12345}.part"
+    live = tmp_path / f".{'b' * 64}.tar.{os.getpid()}.part"
+    unheld = tmp_path / f"{'c' * 64}.lock"
+    for path in (dead, live, unheld):
+        path.write_bytes(b"x")
+    reader = open_reader(url, storage_options=options, cache_dir=str(tmp_path))
+    assert reader.read(0).label == 0
+    assert not dead.exists() and not unheld.exists()
+    assert live.exists()  # a download in progress in a live process is left alone
+    assert not list(tmp_path.glob("*.lock"))

@@ -11,6 +11,7 @@ WRITERS: dict[str, str] = {
     "tar": "packer.formats.tar:TarWriter",
     "hdf5": "packer.formats.hdf5:Hdf5Writer",
     "bmp": "packer.formats.bmp:BmpWriter",
+    "tfrecord": "packer.formats.tfrecord:TfrecordWriter",
 }
 
 

@@ -59,6 +59,16 @@ def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def add_label_runs(runs: list[list[int]], labels: list[int] | list[list[int]], counted: bool = False) -> None:
+    """Extend ``runs`` ([[label, count], ...]) with ``labels`` (or with runs when ``counted``)."""
+    for item in labels:
+        label, count = item if counted else (item, 1)
+        if runs and runs[-1][0] == label:
+            runs[-1][1] += count
+        else:
+            runs.append([label, count])
+
+
 class PartWriter:
     def add(self, sample: PackedSample) -> None:
         raise NotImplementedError
@@ -69,6 +79,10 @@ class PartWriter:
 
     def abort(self) -> None:
         """Drop what was written (the part will be redone)."""
+
+    def summary(self) -> dict[str, Any]:
+        """Format-specific facts about the closed part, kept with it and handed to ``finish``."""
+        return {}
 
 
 class FormatWriter:
@@ -100,6 +114,10 @@ class FormatWriter:
     def part_files(self, part: int) -> list[Path]:
         """Files or directories a part may have left behind (removed before it is redone)."""
         return []
+
+    def part_intact(self, result: PartResult) -> bool:
+        """Whether a part recorded as done is still whole (checked on --resume; False: redo it)."""
+        return all((self.out / shard.file).exists() for shard in result.shards)
 
     def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict[str, Any]]:
         """Final shard list (global ``first``) and format-specific manifest ``extra``."""

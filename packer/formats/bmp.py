@@ -27,9 +27,11 @@ from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.formats.bmp import COLUMNS, index_header, index_name, read_index
 from readers.manifest import Shard
+from readers.record import record_crc
 
 STAGING = ".staging"
 BUCKET = 1000  # staging files per folder
+NAME_MAX = 255  # bytes in one file name (ext4, xfs, tmpfs...)
 
 
 def _part_dir(out: Path, part: int) -> Path:
@@ -66,7 +68,8 @@ class BmpPartWriter(PartWriter):
         with open(self.folder / staged, "wb") as fh:
             fh.write(sample.data)
         row = [staged, sample.label, sample.height, sample.width, sample.channels, len(sample.data),
-               zlib.crc32(sample.data) & 0xFFFFFFFF, sample.rel]  # fmt: skip
+               record_crc(sample.data, sample.label, sample.height, sample.width, sample.channels, "bmp"),
+               sample.rel]  # fmt: skip
         self.index.write(json.dumps(row) + "\n")
         self.count += 1
         self.nbytes += len(sample.data)
@@ -79,8 +82,35 @@ class BmpPartWriter(PartWriter):
         return [Shard(staged, 0, self.count, self.nbytes, "")]
 
     def abort(self) -> None:
-        self.index.close()
+        try:
+            self.index.close()  # flushing may fail again (disk full): the folder goes anyway
+        except OSError:
+            pass
         shutil.rmtree(self.folder, ignore_errors=True)
+        try:
+            self.folder.parent.rmdir()  # .staging, when no other part is in it
+        except OSError:
+            pass
+
+
+def _fit(name: str, source: str) -> str:
+    """``name``, or when it is longer than a file name may be (255 bytes), its stem cut short
+    and marked with a hash of the source path, so long names that collide still get a file."""
+    if len(os.fsencode(name)) <= NAME_MAX:
+        return name
+    tag = f"~{zlib.crc32(os.fsencode(source)) & 0xFFFFFFFF:08x}.bmp"
+    stem = os.fsencode(name[: -len(".bmp")])[: NAME_MAX - len(tag)]
+    return _cut(stem) + tag
+
+
+def _cut(stem: bytes) -> str:
+    """Bytes cut at an arbitrary point, back to str without a broken trailing UTF-8 sequence."""
+    for drop in range(4):
+        try:
+            return stem[: len(stem) - drop].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return os.fsdecode(stem)
 
 
 class Names:
@@ -99,11 +129,11 @@ class Names:
             folder, name = posixpath.split(source)
             stem, ext = posixpath.splitext(name)
             candidates = [f"{stem}.bmp", f"{stem}{ext}.bmp"] if ext else [f"{stem}.bmp"]
-            candidates = [posixpath.join(folder, c) for c in candidates]
+            candidates = [posixpath.join(folder, _fit(c, source)) for c in candidates]
             taken = next((c for c in candidates if c.casefold() not in self.claimed), None)
             n = 2
             while taken is None:
-                candidate = posixpath.join(folder, f"{stem}{ext}~{n}.bmp")
+                candidate = posixpath.join(folder, _fit(f"{stem}{ext}~{n}.bmp", source))
                 taken = None if candidate.casefold() in self.claimed else candidate
                 n += 1
         self.claimed.add(taken.casefold())

@@ -9,8 +9,9 @@ which is also why the files are checksummed there rather than when a part closes
 
 from __future__ import annotations
 
-import json
-import zlib
+import errno
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,12 @@ from packer.formats.base import FormatWriter, PartResult, PartWriter, file_sha25
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
 from readers.formats.hdf5 import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
-from readers.manifest import FORMAT_VERSION, Shard, imgpack_version
+from readers.manifest import FORMAT_VERSION, Shard, imgpack_version, json_text
+from readers.record import record_crc
 
 FLUSH_BYTES = 32 << 20
 FLUSH_SAMPLES = 256
+SPACE_MARGIN = 4 << 20  # room kept for HDF5's metadata and index chunks
 COMPRESSIONS = ("none", "lzf", "gzip")
 GZIP_LEVEL = 4
 KEY_DTYPE = h5py.string_dtype("utf-8")
@@ -71,6 +74,7 @@ class Hdf5PartWriter(PartWriter):
         self.nbytes = 0
         self.pending: list[PackedSample] = []
         self.pending_bytes = 0
+        self.closing = False
 
     def _vector(self, name: str, dtype: Any) -> h5py.Dataset:
         return self.file.create_dataset(name, (0,), dtype, maxshape=(None,), chunks=(16384,))
@@ -91,12 +95,20 @@ class Hdf5PartWriter(PartWriter):
         dataset.resize(at + len(values), axis=0)
         dataset[at:] = values
 
+    def _ensure_space(self, nbytes: int) -> None:
+        """Raise ENOSPC before HDF5 sees it: after a failed write, HDF5 cannot close the file
+        cleanly and the process crashes when h5py's objects are collected."""
+        free = shutil.disk_usage(self.path.parent).free
+        if free < nbytes + SPACE_MARGIN:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+
     def _flush(self) -> None:
         batch = self.pending
         if not batch:
             return
         n = self.count
         blob = b"".join(bytes(s.data) for s in batch)
+        self._ensure_space(len(blob) + len(batch) * 64)
         if self.raw:
             self._append(self.images, np.frombuffer(blob, np.uint8).reshape(len(batch), *self.shape), n)
         else:
@@ -105,7 +117,8 @@ class Hdf5PartWriter(PartWriter):
             self._append(self.offsets, ends, n + 1)
             self._append(self.shapes, np.array([(s.height, s.width, s.channels) for s in batch], np.int32), n)
         self._append(self.labels, np.array([s.label for s in batch], np.int64), n)
-        self._append(self.crc, np.array([zlib.crc32(s.data) & 0xFFFFFFFF for s in batch], np.uint32), n)
+        crcs = [record_crc(s.data, s.label, s.height, s.width, s.channels, self.encoding) for s in batch]
+        self._append(self.crc, np.array(crcs, np.uint32), n)
         keys = [s.rel.encode("utf-8", "surrogateescape") for s in batch]
         self._append(self.keys, np.array(keys, dtype=object), n)
         self.count += len(batch)
@@ -116,18 +129,29 @@ class Hdf5PartWriter(PartWriter):
     def close(self) -> list[Shard]:
         try:
             self._flush()
+            self._ensure_space(0)
             self.file.attrs["encoding"] = self.encoding
             self.file.attrs["layout"] = "array" if self.raw else "flat"
             self.file.attrs["layout_version"] = LAYOUT_VERSION
             self.file.attrs["count"] = self.count
         finally:
+            self.closing = True  # a second close of a file whose close failed crashes HDF5
             self.file.close()
         # Checksummed in finish(), after the manifest attribute is added.
         return [Shard(self.path.name, 0, self.count, self.path.stat().st_size, "")]
 
     def abort(self) -> None:
+        # Empty the file first: after a failed write (disk full) the close must be able to flush
+        # its metadata, or the HDF5 library is left broken and crashes the process at exit.
         try:
-            self.file.close()
+            os.truncate(self.path, 0)
+        except OSError:
+            pass
+        try:
+            if not self.closing:
+                self.file.close()
+        except (OSError, RuntimeError):
+            pass
         finally:
             self.path.unlink(missing_ok=True)
 
@@ -151,6 +175,21 @@ class Hdf5Writer(FormatWriter):
     def part_files(self, part: int) -> list[Path]:
         return [self.out / shard_name(part)]
 
+    def part_intact(self, result: PartResult) -> bool:
+        """A kill while ``finish`` rewrites a file's attributes can leave its metadata unreadable
+        ("addr overflow"); such a part is redone rather than failing every resume."""
+        for shard in result.shards:
+            try:
+                with h5py.File(self.out / shard.file, "r") as fh:
+                    if int(fh.attrs["count"]) != shard.count:
+                        return False
+                    dict(fh.attrs)
+                    for name in fh:
+                        fh[name].shape  # noqa: B018 - opening each dataset reads its metadata
+            except Exception:  # noqa: BLE001 - any failure to read it back means: redo the part
+                return False
+        return True
+
     def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict[str, Any]]:
         placed, extra = super().finish(results, classes)
         listing = [{"file": s.file, "first": s.first, "count": s.count} for s in placed]
@@ -169,7 +208,9 @@ class Hdf5Writer(FormatWriter):
                 "shards": listing,
                 "imgpack_version": imgpack_version(),
             }
-            text = json.dumps(manifest, ensure_ascii=False)
+            text = json_text(manifest)
+            if shutil.disk_usage(path.parent).free < SPACE_MARGIN:  # see Hdf5PartWriter._ensure_space
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
             with h5py.File(path, "r+") as fh:
                 # Unchanged on a resumed finish, so the file's bytes stay the same.
                 if fh.attrs.get(MANIFEST_ATTR) != text:

@@ -16,6 +16,7 @@ READERS: dict[str, str] = {
     "tar": "readers.formats.tar:TarReader",
     "hdf5": "readers.formats.hdf5:Hdf5Reader",
     "bmp": "readers.formats.bmp:BmpReader",
+    "tfrecord": "readers.formats.tfrecord:TfrecordReader",
 }
 
 
@@ -47,7 +48,18 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     if unknown:
         names = ", ".join(unknown)
         raise ManifestError(f"{path}: the {manifest.format} reader does not take option(s) {names}")
-    return cls(path, manifest, verify=verify, **options)
+    if manifest.format_version < cls.oldest_format_version:
+        raise ManifestError(
+            f"{path}: packed with format_version {manifest.format_version}, which this imgpack no "
+            f"longer reads for {manifest.format} (checksums now cover labels and shapes); re-pack it "
+            "with this version of imgpack"
+        )
+    if verify:
+        manifest.check_seal()
+    reader = cls(path, manifest, verify=verify, **options)
+    if not (isinstance(path, str) and "://" in path):
+        reader.check_parts()
+    return reader
 
 
 __all__ = ["READERS", "FormatReader", "open_reader", "reader_class"]

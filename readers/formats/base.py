@@ -6,14 +6,17 @@ and drop open handles when pickled, so a reader can be handed to worker processe
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import numpy as np
 
+from readers.errors import ChecksumError, ManifestError
 from readers.manifest import Manifest
+from readers.paths import inside
 from readers.record import Record
 
 # Indices closer than this are read as one block and the unused records in between dropped:
@@ -21,10 +24,53 @@ from readers.record import Record
 MERGE_GAP = 8
 
 
+def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    while block := fileobj.read(chunk):
+        digest.update(block)
+    return digest.hexdigest()
+
+
+def open_shard_file(
+    path: str, shard: Any, check_sha: bool, load_index: Callable[[], Any], where: str = ""
+) -> tuple[int, Any]:
+    """A local shard file opened read-only, checked present, as long as the manifest says and
+    (``check_sha``) matching its sha256, with its index from ``load_index()``: ``(fd, index)``.
+    The descriptor is closed again if any check fails; errors name ``where`` (default ``path``)."""
+    where = where or path
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise ManifestError(
+            f"{where}: shard listed in the manifest is missing; copy it again or re-pack the dataset"
+        ) from None
+    try:
+        size = os.fstat(fd).st_size
+        if size < shard.bytes:
+            raise ManifestError(
+                f"{where}: shard is truncated ({size} of {shard.bytes} bytes); "
+                "copy it again or re-pack the dataset"
+            )
+        if check_sha:
+            with open(path, "rb") as fh:
+                actual = sha256_of(fh)
+            if actual != shard.sha256:
+                raise ChecksumError(
+                    f"{where}: shard bytes do not match the manifest sha256 (corrupt or modified); "
+                    "copy it again or re-pack the dataset"
+                )
+        return fd, load_index()
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class FormatReader:
     name: ClassVar[str] = ""
     # Formats where a lookup costs about what a sequential step costs (LMDB) set this to 1.
     merge_gap: ClassVar[int] = MERGE_GAP
+    # Datasets packed with an older format_version than this are refused with a re-pack hint.
+    oldest_format_version: ClassVar[int] = 1
 
     def __init__(self, root: str | os.PathLike, manifest: Manifest, verify: bool = False):
         self.root = root if isinstance(root, str) and "://" in root else Path(root)
@@ -32,6 +78,58 @@ class FormatReader:
         self.verify = verify
         self._handles: dict[Any, Any] = {}
         self._pid = os.getpid()
+        self._sha_checked: set[tuple] = set()
+
+    def check_parts(self) -> None:
+        """Check, cheaply and before any read, that each part holds what the manifest says.
+
+        Called by ``open_reader`` for local datasets; formats override it.
+        """
+
+    def part_path(self, name: str) -> Path:
+        """``root / name`` for a name from the manifest or an index, refused if it leaves the dataset."""
+        path = self.root / name
+        inside(self.root, path, f"{self.root}: {name}")
+        return path
+
+    def describe(self, index: int) -> str:
+        """Where global sample ``index`` lives, for error messages: dataset, part and index."""
+        shard = self.manifest.shards[self.manifest.shard_of(index)] if self.manifest.shards else None
+        part = f", part {shard.file}" if shard is not None else ""
+        return f"{self.root}{part}, sample {index}"
+
+    def check_sha256(self, path: str | os.PathLike, expected: str, where: str) -> None:
+        """With ``verify``: the file's sha256 must match the manifest; checked once per process.
+
+        Run before a library parses the file, so a corrupt LMDB or HDF5 file is refused instead
+        of being mapped or parsed (where a flipped bit can crash the process).
+        """
+        if not self.verify:
+            return
+        st = os.stat(path)
+        key = (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key in self._sha_checked:
+            return
+        with open(path, "rb") as fh:
+            actual = sha256_of(fh)
+        if actual != expected:
+            raise ChecksumError(
+                f"{where}: sha256 does not match the manifest (corrupt or modified); "
+                "copy it again or re-pack the dataset"
+            )
+        self._sha_checked.add(key)
+
+    def check_labels(self, labels: Sequence[int] | np.ndarray, where: str) -> None:
+        """Every label must index the manifest's classes."""
+        if len(labels) == 0:
+            return
+        low, high = int(np.min(labels)), int(np.max(labels))
+        if low < 0 or high >= len(self.manifest.classes):
+            bad = low if low < 0 else high
+            raise ManifestError(
+                f"{where}: label {bad} is outside the {len(self.manifest.classes)} classes of the "
+                "manifest; the dataset is corrupt, re-pack it"
+            )
 
     def __len__(self) -> int:
         return self.manifest.num_samples
@@ -53,17 +151,43 @@ class FormatReader:
             shard = self.manifest.shard_of(index)
             entry = self.manifest.shards[shard]
             end = min(stop, entry.stop)
-            records += self.read_local(shard, index - entry.first, end - entry.first)
+            got = self.read_local(shard, index - entry.first, end - entry.first)
+            labels = [r.label for r in got]
+            if labels and (min(labels) < 0 or max(labels) >= len(self.manifest.classes)):
+                self.check_labels(labels, self.describe(index))
+            records += got
             index = end
         return records
 
     def labels(self) -> np.ndarray:
-        """Every sample's label (int64), ideally without touching the image bytes."""
-        return np.fromiter((self.read(i).label for i in range(len(self))), dtype=np.int64, count=len(self))
+        """Every sample's label (int64): from the manifest's ``label_runs`` where the writer
+        recorded them ([[label, count], ...], tar and tfrecord), else read record by record."""
+        cached = self.__dict__.get("_label_array")
+        if cached is not None:
+            return cached
+        runs = self.manifest.extra.get("label_runs")
+        if runs is not None:
+            labels = self._run_labels(runs)
+        else:
+            labels = np.fromiter((self.read(i).label for i in range(len(self))), np.int64, count=len(self))
+        self._label_array = labels
+        return labels
+
+    def _run_labels(self, runs: Any) -> np.ndarray:
+        """Labels from the manifest's ``extra.label_runs`` ([label, count] pairs), checked."""
+        where = f"{self.root}: manifest field 'extra.label_runs'"
+        try:
+            table = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+        except (TypeError, ValueError, OverflowError):
+            raise ManifestError(f"{where} is not a list of [label, count] pairs; re-pack") from None
+        if (table[:, 1] < 0).any() or int(table[:, 1].sum()) != len(self):
+            raise ManifestError(f"{where} does not count {len(self)} samples; re-pack the dataset")
+        self.check_labels(table[:, 0], where)
+        return np.repeat(table[:, 0], table[:, 1])
 
     def checksum_path(self, shard) -> Path:
         """The file whose sha256 the manifest records for ``shard``."""
-        return self.root / shard.file
+        return self.part_path(shard.file)
 
     def _open(self, key: Any) -> Any:
         """Open the handle called ``key`` (a shard position, say) in this process."""

@@ -8,25 +8,27 @@ On-disk layout (shared with the writer in packer/formats/bmp.py):
   header object ``{"format": "imgpack-bmp-index", "version", "first", "count", "columns"}``,
   then one JSON array per sample in dataset order:
   ``[file, label, height, width, channels, bytes, crc32, source]`` with ``file`` relative to the
-  dataset root and ``source`` the source path it was made from. The per-file CRC32 makes
-  ``pack verify`` (and ``verify=True`` readers) catch a changed ``.bmp``, and the index's sha256
-  in the manifest covers the list and those CRCs.
+  dataset root and ``source`` the source path it was made from. The CRC32
+  (``readers.record.record_crc``: label, shape and file bytes) makes ``pack verify`` (and
+  ``verify=True`` readers) catch a changed ``.bmp`` or row, and the index's sha256 in the
+  manifest covers the list and those CRCs (checked when the index is loaded with ``verify=True``).
 The per-sample list lives in these sidecars rather than in manifest.json so that the manifest
 stays small (``pack info`` on a million-image cache) and each shard has one file to checksum.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
-from readers.record import Record
+from readers.paths import check_names, inside
+from readers.record import Record, record_crc
 
 INDEX_FORMAT = "imgpack-bmp-index"
 INDEX_VERSION = 1
@@ -60,33 +62,78 @@ def read_index(path: Path) -> tuple[dict, list[list]]:
 class BmpIndex:
     """Every sample's file and metadata as NumPy arrays (compact, shared copy-on-write after fork)."""
 
-    def __init__(self, root: Path, manifest) -> None:
-        names: list[bytes] = []
-        numbers: list[list[int]] = []
+    def __init__(self, reader: BmpReader) -> None:
+        root, manifest = Path(reader.root), reader.manifest
+        names: list[str] = []
+        tables = [np.zeros((0, 6), np.int64)]
         for shard in manifest.shards:
-            header, rows = read_index(root / shard.file)
+            path = reader.part_path(shard.file)
+            if path.is_file():
+                reader.check_sha256(path, shard.sha256, str(path))
+            header, rows = read_index(path)
             if header.get("count") != shard.count or len(rows) != shard.count:
                 raise ManifestError(
-                    f"{root / shard.file}: lists {len(rows)} files, the manifest says {shard.count}; re-pack"
+                    f"{path}: lists {len(rows)} files, the manifest says {shard.count}; re-pack"
                 )
-            names += [os.fsencode(row[0]) for row in rows]
-            numbers += [row[1:7] for row in rows]
-        table = np.array(numbers, dtype=np.int64).reshape(-1, 6)
+            try:
+                table = np.array([row[1:7] for row in rows], dtype=np.int64).reshape(-1, 6)
+                part_names = [row[0] for row in rows]
+            except (TypeError, ValueError, IndexError, OverflowError) as exc:
+                raise ManifestError(f"{path}: malformed row in the cache index ({exc}); re-pack") from None
+            if len(table) != len(rows) or (table[:, 1:] < 0).any():
+                raise ManifestError(f"{path}: malformed row in the BMP cache index; re-pack the dataset")
+            check_names(part_names, str(path), "file")
+            names += part_names
+            tables.append(table)
+        table = np.concatenate(tables)
         self.labels = table[:, 0].copy()
+        reader.check_labels(self.labels, f"{root}: BMP cache index")
         self.shapes = table[:, 1:4].copy()
         self.sizes = table[:, 4].copy()
         self.crc = table[:, 5].copy()
-        self.ends = np.cumsum([0] + [len(n) for n in names], dtype=np.int64)
-        self.names = np.frombuffer(b"".join(names), dtype=np.uint8)
+        encoded = [os.fsencode(n) for n in names]
+        self.ends = np.cumsum([0] + [len(n) for n in encoded], dtype=np.int64)
+        self.names = np.frombuffer(b"".join(encoded), dtype=np.uint8)
         self.root = os.fsencode(root) + b"/"
+        # Files are opened relative to the directory as it was when the index was read: a
+        # `pack --force` swaps a new dataset in under the same path, and this index must never
+        # be paired with the new files (the old ones are deleted, so reads then fail clearly).
+        self.dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.real_root = os.path.realpath(root)
+        self.safe_dirs: set[bytes] = set()
 
     def path(self, index: int) -> bytes:
-        return self.root + self.names[self.ends[index] : self.ends[index + 1]].tobytes()
+        return self.root + self.name(index)
+
+    def name(self, index: int) -> bytes:
+        return self.names[self.ends[index] : self.ends[index + 1]].tobytes()
+
+    def __del__(self) -> None:
+        if getattr(self, "dir_fd", -1) >= 0:
+            os.close(self.dir_fd)
+
+    def open(self, index: int, where: str) -> int:
+        """A read-only descriptor for file ``index``, opened relative to the indexed directory,
+        refused if a symlink leads it out of the dataset."""
+        name, path = self.name(index), self.path(index)
+        folder = os.path.dirname(path)
+        if folder not in self.safe_dirs:  # checked once per folder and process
+            inside(self.real_root, os.fsdecode(folder), where)
+            self.safe_dirs.add(folder)
+        flags = os.O_RDONLY | os.O_CLOEXEC
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW, dir_fd=self.dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the file itself is a symlink: allowed if it stays inside
+                inside(self.real_root, os.fsdecode(path), where)
+                return os.open(name, flags, dir_fd=self.dir_fd)
+            raise
 
 
 class BmpReader(FormatReader):
     name = "bmp"
     merge_gap = 1  # one file per image: reading the files in a gap would only throw them away
+    oldest_format_version = 2  # the index's crc32 covers label and shape since format_version 2
 
     def __init__(self, root, manifest, verify: bool = False):
         super().__init__(root, manifest, verify)
@@ -96,11 +143,17 @@ class BmpReader(FormatReader):
     def index(self) -> BmpIndex:
         return self.handle("index")
 
+    def check_parts(self) -> None:
+        self.handle("index")  # parsed and checked here; forked workers share the arrays
+
     def _open(self, key: str) -> BmpIndex:
         # Parsed once: a forked worker reuses its parent's arrays (shared copy-on-write).
         if self._index is None:
-            self._index = BmpIndex(Path(self.root), self.manifest)
+            self._index = BmpIndex(self)
         return self._index
+
+    def _close_handle(self, handle) -> None:
+        pass  # the index is plain arrays, kept for forked workers
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -110,18 +163,29 @@ class BmpReader(FormatReader):
     def read(self, index: int) -> Record:
         index = self.check_index(index)
         idx = self.index
-        path = idx.path(index)
+        where = self.describe(index)
         try:
-            with open(path, "rb", buffering=0) as fh:
+            fd = idx.open(index, where)
+            with open(fd, "rb", buffering=0) as fh:
                 data = fh.readall()
         except FileNotFoundError:
-            raise ManifestError(f"{os.fsdecode(path)}: file of the BMP cache is missing; re-pack") from None
-        if self.verify and (len(data) != idx.sizes[index] or zlib.crc32(data) & 0xFFFFFFFF != idx.crc[index]):
-            raise ChecksumError(
-                f"{os.fsdecode(path)}: does not match the checksum in the cache index (corrupt or modified)"
-            )
+            raise ManifestError(
+                f"{where}: file of the BMP cache is missing (re-packed with --force while open? open "
+                "the dataset again); otherwise re-pack"
+            ) from None
+        except OSError as exc:
+            raise ManifestError(f"{where}: cannot read it ({exc.strerror}); fix it or re-pack") from None
         height, width, channels = idx.shapes[index].tolist()
-        return Record(data, int(idx.labels[index]), height, width, channels, "bmp")
+        label = int(idx.labels[index])
+        if self.verify and (
+            len(data) != idx.sizes[index]
+            or record_crc(data, label, height, width, channels, "bmp") != idx.crc[index]
+        ):
+            raise ChecksumError(f"{where}: does not match its checksum in the cache index (corrupt)")
+        return Record(data, label, height, width, channels, "bmp")
+
+    def describe(self, index: int) -> str:
+        return f"{super().describe(index)} ({os.fsdecode(self.index.path(index))})"
 
     def read_block(self, start: int, stop: int) -> list[Record]:
         # One file per image: there is no single sequential read to make here.

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
 from typing import Any
 
 import h5py
@@ -30,7 +29,7 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
-from readers.record import Record
+from readers.record import Record, record_crc
 
 LAYOUT_VERSION = 1
 MANIFEST_ATTR = "imgpack_manifest"
@@ -66,32 +65,68 @@ def open_h5(path: str | os.PathLike, **kwargs: Any) -> h5py.File:
         raise ManifestError(f"{path}: not a readable HDF5 file ({exc}); re-pack the dataset") from None
 
 
-class Hdf5Part:
-    """One open file and the small per-sample arrays, read once per process."""
-
-    def __init__(self, path: str, expected: int):
-        self.file = open_h5(
-            path,
-            rdcc_nbytes=CHUNK_CACHE_BYTES,
-            rdcc_nslots=CHUNK_CACHE_SLOTS,
-            rdcc_w0=1.0,  # sequential reads: drop fully read chunks first
+def _expect(path: str, name: str, dataset: Any, dtype_kind: str, shape: tuple) -> None:
+    """Refuse an HDF5 dataset whose dtype kind ("u", "i") or shape (None: any) is not the layout's."""
+    ok_dtype = dataset.dtype.kind in dtype_kind and (name != "images" or dataset.dtype == np.uint8)
+    got = dataset.shape
+    ok_shape = len(got) == len(shape) and all(w is None or w == g for w, g in zip(shape, got))
+    if not (ok_dtype and ok_shape):
+        want = "x".join("*" if w is None else str(w) for w in shape)
+        raise ManifestError(
+            f"{path}: HDF5 dataset {name!r} is {dataset.dtype} {dataset.shape}, the layout needs "
+            f"{'uint8' if name == 'images' else dtype_kind + ' integers'} of shape ({want}); "
+            "re-pack the dataset"
         )
+
+
+class Hdf5Part:
+    """One open file and the small per-sample arrays, read once per process, checked against the layout."""
+
+    def __init__(self, path: str, expected: int, encoding: str, **kwargs: Any):
+        self.path = path
+        self.file = open_h5(path, **kwargs)
         try:
+            self._load(expected, encoding)
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _load(self, n: int, encoding: str) -> None:
+        path = self.path
+        try:
+            held = self.file["labels"].shape
+            if held[:1] != (n,):
+                count = held[0] if held else 0
+                raise ManifestError(
+                    f"{path}: holds {count} samples, the manifest says {n}; re-pack the dataset"
+                )
             self.images = self.file["images"]
             self.flat = self.images.ndim == 1
-            self.offsets = self.file["offsets"][:] if self.flat else None
-            self.shapes = self.file["shapes"][:] if self.flat else None
-            self.labels = self.file["labels"][:]
+            if self.flat != (encoding != "raw"):
+                layout = "a flat byte array" if self.flat else "an image array"
+                raise ManifestError(f"{path}: 'images' is {layout} but the manifest says encoding {encoding}")
+            if self.flat:
+                _expect(path, "images", self.images, "u", (None,))
+                _expect(path, "offsets", self.file["offsets"], "iu", (n + 1,))
+                _expect(path, "shapes", self.file["shapes"], "iu", (n, 3))
+                self.offsets = self.file["offsets"][:].astype(np.int64)
+                self.shapes = self.file["shapes"][:]
+                steps = np.diff(self.offsets)
+                if self.offsets[0] != 0 or (steps < 0).any() or self.offsets[-1] > self.images.shape[0]:
+                    raise ManifestError(f"{path}: 'offsets' do not index the 'images' bytes; re-pack")
+                if (self.shapes < 0).any():
+                    raise ManifestError(f"{path}: 'shapes' holds a negative size; re-pack the dataset")
+            else:
+                _expect(path, "images", self.images, "u", (n, None, None, None))
+                if self.images.shape[3] not in (1, 3):
+                    raise ManifestError(f"{path}: 'images' has {self.images.shape[3]} channels; re-pack")
+                self.offsets = self.shapes = None
+            _expect(path, "labels", self.file["labels"], "iu", (n,))
+            _expect(path, "crc32", self.file["crc32"], "u", (n,))
+            self.labels = self.file["labels"][:].astype(np.int64)
             self.crc = self.file["crc32"][:]
         except KeyError as exc:
-            self.file.close()
             raise ManifestError(f"{path}: missing HDF5 dataset {exc}; re-pack the dataset") from None
-        if len(self.labels) != expected or (self.flat and len(self.offsets) != expected + 1):
-            self.file.close()
-            raise ManifestError(
-                f"{path}: holds {len(self.labels)} samples, the manifest says {expected}; re-pack the dataset"
-            )
-        self.path = path
 
     def close(self) -> None:
         self.file.close()
@@ -99,16 +134,39 @@ class Hdf5Part:
 
 class Hdf5Reader(FormatReader):
     name = "hdf5"
+    oldest_format_version = 2  # the crc32 dataset covers labels and shapes since format_version 2
+
+    def _part(self, shard: int, **kwargs: Any) -> Hdf5Part:
+        entry = self.manifest.shards[shard]
+        path = self.part_path(entry.file)
+        if path.is_file():
+            self.check_sha256(path, entry.sha256, str(path))
+        part = Hdf5Part(os.fspath(path), entry.count, self.manifest.encoding, **kwargs)
+        try:
+            self.check_labels(part.labels, f"{path}: 'labels'")
+        except BaseException:
+            part.close()
+            raise
+        return part
+
+    def check_parts(self) -> None:
+        for shard in range(len(self.manifest.shards)):
+            self._part(shard).close()
 
     def _open(self, shard: int) -> Hdf5Part:
-        entry = self.manifest.shards[shard]
-        return Hdf5Part(os.fspath(self.root / entry.file), entry.count)
+        return self._part(
+            shard,
+            rdcc_nbytes=CHUNK_CACHE_BYTES,
+            rdcc_nslots=CHUNK_CACHE_SLOTS,
+            rdcc_w0=1.0,  # sequential reads: drop fully read chunks first
+        )
 
     def read_local(self, shard: int, a: int, b: int) -> list[Record]:
         part = self.handle(shard)
-        return self._flat(part, a, b) if part.flat else self._array(part, a, b)
+        first = self.manifest.shards[shard].first
+        return self._flat(part, a, b, first) if part.flat else self._array(part, a, b, first)
 
-    def _flat(self, part: Hdf5Part, a: int, b: int) -> list[Record]:
+    def _flat(self, part: Hdf5Part, a: int, b: int, first: int) -> list[Record]:
         offsets = part.offsets[a : b + 1]
         base = int(offsets[0])
         data = memoryview(part.images[base : int(offsets[-1])])  # one read for the whole block
@@ -117,34 +175,39 @@ class Hdf5Reader(FormatReader):
         records = []
         for k, (height, width, channels) in enumerate(part.shapes[a:b].tolist()):
             view = data[ends[k] : ends[k + 1]]
-            self._check(part, a + k, view)
-            records.append(Record(view, int(part.labels[a + k]), height, width, channels, encoding))
+            record = Record(view, int(part.labels[a + k]), height, width, channels, encoding)
+            self._check(part, a + k, first, record)
+            records.append(record)
         return records
 
-    def _array(self, part: Hdf5Part, a: int, b: int) -> list[Record]:
+    def _array(self, part: Hdf5Part, a: int, b: int, first: int) -> list[Record]:
         _, height, width, channels = part.images.shape
         size = height * width * channels
         flat = memoryview(part.images[a:b].reshape(-1))  # one slice of the 4-D dataset
         records = []
         for k in range(b - a):
             view = flat[k * size : (k + 1) * size]
-            self._check(part, a + k, view)
-            records.append(Record(view, int(part.labels[a + k]), height, width, channels, "raw"))
+            record = Record(view, int(part.labels[a + k]), height, width, channels, "raw")
+            self._check(part, a + k, first, record)
+            records.append(record)
         return records
 
-    def _check(self, part: Hdf5Part, k: int, view: memoryview) -> None:
-        if self.verify and zlib.crc32(view) & 0xFFFFFFFF != int(part.crc[k]):
+    def _check(self, part: Hdf5Part, k: int, first: int, record: Record) -> None:
+        if self.verify and record_crc(*record) != int(part.crc[k]):
             raise ChecksumError(
-                f"{part.path}: sample {k} of this file does not match its checksum; the file is corrupt"
+                f"{self.describe(first + k)}: label, shape or image bytes do not match their checksum; "
+                "the file is corrupt"
             )
 
     def labels(self) -> np.ndarray:
         # A short-lived handle: a file opened here and inherited by forked workers is avoided.
         parts = []
         for entry in self.manifest.shards:
-            with open_h5(self.root / entry.file) as fh:
+            with open_h5(self.part_path(entry.file)) as fh:
                 parts.append(fh["labels"][:])
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+        labels = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+        self.check_labels(labels, f"{self.root}: 'labels'")
+        return labels
 
 
 def read_file_manifest(path: str | os.PathLike) -> dict[str, Any]:

@@ -24,6 +24,38 @@ from readers.record import Record, unpack_record
 KEY = struct.Struct(">Q")
 LABELS_KEY = b"meta/labels"
 
+# The two meta pages at the start of data.mdb (LMDB's MDB_meta after a 16-byte page header):
+# magic and version, then the free and main databases (48 bytes each; the free one's first
+# field is the page size), then the last page number in use and the transaction id.
+META_MAGIC = 0xBEEFC0DE
+META_HEAD = struct.Struct("<II")  # at 16: magic, version
+META_PSIZE = struct.Struct("<I")  # at 40
+META_ENTRIES = struct.Struct("<Q")  # at 120: main database entries
+META_TAIL = struct.Struct("<QQ")  # at 136: last page, txnid
+META_END = 152
+
+
+def env_extent(data_mdb: str, where: str) -> tuple[int, int]:
+    """(bytes the newest meta page says data.mdb holds, main database entries), from its header.
+
+    Mapping a file shorter than what LMDB will touch kills the process with SIGBUS, so this
+    is checked before ``lmdb.open``.
+    """
+    with open(data_mdb, "rb") as fh:
+        head = fh.read(META_END)
+        if len(head) < META_END or META_HEAD.unpack_from(head, 16)[0] != META_MAGIC:
+            raise ManifestError(f"{where}: not an LMDB data file (bad header); re-pack the dataset")
+        psize = META_PSIZE.unpack_from(head, 40)[0]
+        if psize < 512 or psize & (psize - 1) or psize > 1 << 16:
+            raise ManifestError(f"{where}: LMDB header holds page size {psize}; the file is corrupt, re-pack")
+        fh.seek(psize)
+        second = fh.read(META_END)
+    metas = [head] + ([second] if len(second) == META_END else [])
+    metas = [m for m in metas if META_HEAD.unpack_from(m, 16)[0] == META_MAGIC]
+    newest = max(metas, key=lambda m: META_TAIL.unpack_from(m, 136)[1])
+    last_page, _ = META_TAIL.unpack_from(newest, 136)
+    return (last_page + 1) * psize, META_ENTRIES.unpack_from(newest, 120)[0]
+
 
 # py-lmdb refuses to open one environment twice in a process, and a forked DataLoader worker
 # inherits its parent's open environments. So environments are shared per process (keyed by the
@@ -65,15 +97,42 @@ def encode_key(index: int) -> bytes:
 class LmdbReader(FormatReader):
     name = "lmdb"
     merge_gap = 1  # B-tree lookups in a memory map: reading the records in between buys nothing
+    oldest_format_version = 2  # record checksums cover the header since format_version 2
 
     def checksum_path(self, shard):
-        return self.root / shard.file / "data.mdb"
+        return self.part_path(shard.file + "/data.mdb")
+
+    def check_parts(self) -> None:
+        for shard in self.manifest.shards:
+            self._check_env(shard)
+
+    def _check_env(self, shard) -> str:
+        """The environment directory of ``shard``, after checking its data.mdb against the manifest."""
+        path = self.part_path(shard.file)
+        data = self.checksum_path(shard)
+        if not data.is_file():
+            raise ManifestError(f"{data}: LMDB environment listed in the manifest is missing; re-pack")
+        size = data.stat().st_size
+        if size != shard.bytes:
+            raise ManifestError(
+                f"{data}: holds {size} bytes, the manifest says {shard.bytes} (truncated or replaced); "
+                "copy it again or re-pack the dataset"
+            )
+        needed, entries = env_extent(str(data), str(data))
+        if needed > size:
+            raise ManifestError(f"{data}: truncated, LMDB needs {needed} bytes, the file has {size}; re-pack")
+        if entries != shard.count + 1:  # the samples and meta/labels
+            raise ManifestError(
+                f"{data}: holds {max(0, entries - 1)} samples, the manifest says {shard.count}; "
+                "the manifest or the data is corrupt, re-pack the dataset"
+            )
+        return str(path)
 
     def _open(self, shard: int):
-        path = self.root / self.manifest.shards[shard].file
-        if not path.exists():
-            raise ManifestError(f"{path}: LMDB environment listed in the manifest is missing")
-        env = shared_env(str(path))
+        entry = self.manifest.shards[shard]
+        path = self._check_env(entry)
+        self.check_sha256(self.checksum_path(entry), entry.sha256, path)
+        env = shared_env(path)
         # One long read transaction per environment and process: values come back as zero-copy
         # memoryviews into the memory map and stay valid while it is open.
         return env, env.begin(buffers=True)
@@ -86,7 +145,7 @@ class LmdbReader(FormatReader):
             pass
 
     def _where(self, index: int) -> str:
-        return f"{self.root}: sample {index}"
+        return self.describe(index)
 
     def read_local(self, shard: int, start: int, stop: int) -> list[Record]:
         first = self.manifest.shards[shard].first
@@ -123,4 +182,8 @@ class LmdbReader(FormatReader):
             if raw is None:
                 return super().labels()
             parts.append(np.frombuffer(raw, dtype="<i4"))
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+        labels = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+        if len(labels) != len(self):
+            raise ManifestError(f"{self.root}: meta/labels has {len(labels)} labels for {len(self)} samples")
+        self.check_labels(labels, f"{self.root}: meta/labels")
+        return labels

@@ -17,7 +17,6 @@ or downloaded whole into a local ``cache_dir`` and read from there.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tarfile
@@ -28,10 +27,10 @@ from typing import IO, Any
 import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
-from readers.formats.base import FormatReader
+from readers.formats.base import FormatReader, open_shard_file, sha256_of
 from readers.manifest import Manifest, Shard
 from readers.record import Record
-from readers.remote import ShardCache, is_url, join_url, url_fs
+from readers.remote import ShardCache, is_url, join_url, remote_call, url_fs
 
 INDEX_VERSION = "v1.2"
 BLOCK = 512
@@ -66,21 +65,27 @@ def format_index(samples: list[list[Member]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def scan_tar(fileobj: IO[bytes]) -> list[list[Member]]:
+def scan_tar(fileobj: IO[bytes], where: str = "tar shard") -> list[list[Member]]:
     """Samples of a tar stream (regular files grouped by key), for rebuilding a lost index."""
     samples: list[list[Member]] = []
     last_key = None
-    with tarfile.open(fileobj=fileobj, mode="r|") as archive:
-        for info in archive:
-            if not info.isreg():
-                continue
-            key, ext = split_member(info.name)
-            if not key or key.endswith("/"):
-                continue
-            if key != last_key:
-                samples.append([])
-                last_key = key
-            samples[-1].append((ext, info.offset_data, info.size, info.name))
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|") as archive:
+            for info in archive:
+                if not info.isreg():
+                    continue
+                key, ext = split_member(info.name)
+                if not key or key.endswith("/"):
+                    continue
+                if key != last_key:
+                    samples.append([])
+                    last_key = key
+                samples[-1].append((ext, info.offset_data, info.size, info.name))
+    except (tarfile.TarError, EOFError) as exc:
+        raise ManifestError(
+            f"{where}: not a readable tar archive ({exc}); the shard is truncated or corrupt, "
+            "copy it again or re-pack the dataset"
+        ) from None
     return samples
 
 
@@ -109,6 +114,11 @@ def parse_index(text: str, where: str) -> ShardIndex:
             f"{where}: not a {INDEX_VERSION} webdataset index; rebuild it with `pack reindex DATASET`"
         )
     count = int(head[1])
+    if count > len(lines) - 1:  # before allocating: a corrupt count must not exhaust memory
+        raise ManifestError(
+            f"{where}: index says {count} samples but has {len(lines) - 1} lines; "
+            "rebuild it with `pack reindex DATASET`"
+        )
     rows = np.zeros((count, 4), dtype=np.int64)
     try:
         for i, line in enumerate(lines[1 : count + 1]):
@@ -121,8 +131,9 @@ def parse_index(text: str, where: str) -> ShardIndex:
                 elif ext != "cls" and image is None:
                     image = fields[j + 1 : j + 3]
             rows[i] = (*image, *json_member)  # type: ignore[misc]
-        if len(lines) - 1 < count:
-            raise ValueError(f"{len(lines) - 1} sample lines")
+        image_end, json_end = rows[:, 0] + rows[:, 1], rows[:, 2] + rows[:, 3]
+        if (rows < 0).any() or (image_end > rows[:, 2]).any() or (rows[1:, 0] < json_end[:-1]).any():
+            raise ValueError("member byte ranges are negative or out of order")
     except (TypeError, ValueError, IndexError) as exc:
         raise ManifestError(
             f"{where}: malformed index ({exc}); rebuild it with `pack reindex DATASET`"
@@ -130,26 +141,23 @@ def parse_index(text: str, where: str) -> ShardIndex:
     return ShardIndex(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3])
 
 
-def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    while block := fileobj.read(chunk):
-        digest.update(block)
-    return digest.hexdigest()
-
-
 class _OpenShard:
     """One shard in this process: its index and a way to read byte ranges of it."""
 
-    def __init__(self, index: ShardIndex, fd: int | None = None, fs: Any = None, remote: str = ""):
+    def __init__(
+        self, index: ShardIndex, fd: int | None = None, fs: Any = None, remote: str = "", url: str = ""
+    ):
         self.index = index
         self.fd = fd
         self.fs = fs
         self.remote = remote
+        self.url = url
 
     def read(self, offset: int, length: int) -> bytes:
         if self.fd is not None:
             return os.pread(self.fd, length, offset)
-        return self.fs.cat_file(self.remote, start=offset, end=offset + length)
+        end = offset + length
+        return remote_call(self.url, "reading", self.fs.cat_file, self.remote, start=offset, end=end)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -176,11 +184,26 @@ class TarReader(FormatReader):
         self.cache_dir = cache_dir
         self.cache_size = cache_size
         self.storage_options = dict(storage_options or {})
-        self._labels: np.ndarray | None = None
 
     # -- where things are ---------------------------------------------------------------------
     def location(self, name: str) -> str:
-        return join_url(str(self.root), name) if self.remote else str(self.root / name)
+        return join_url(str(self.root), name) if self.remote else str(self.part_path(name))
+
+    def check_parts(self) -> None:
+        """Each shard's index lists the manifest's sample count (shards are checked when opened,
+        so the others of a dataset with one damaged shard stay readable)."""
+        for shard in self.manifest.shards:
+            idx = self.location(index_name(shard.file))
+            try:
+                with open(idx, encoding="ascii", errors="replace") as fh:
+                    head = fh.readline(64).split()
+            except FileNotFoundError:
+                continue  # rebuilt from the shard (with a warning) when the shard is opened
+            if len(head) == 2 and head[1].isdigit() and int(head[1]) != shard.count:
+                raise ManifestError(
+                    f"{idx}: index lists {head[1]} samples but the manifest says {shard.count} "
+                    f"for {shard.file}; rebuild it with `pack reindex {self.root}` or re-pack"
+                )
 
     def checksum_path(self, shard: Shard):
         return self.location(shard.file)
@@ -189,6 +212,8 @@ class TarReader(FormatReader):
     def _open(self, position: int | str) -> Any:
         if position == "fs":  # the fsspec filesystem, made in the process that reads
             return url_fs(str(self.root), self.storage_options)
+        if position == "cache":  # opened (and cleaned) once per process
+            return ShardCache(self.cache_dir, self.cache_size)
         shard = self.manifest.shards[position]
         where = self.location(shard.file)
         if not self.remote:
@@ -196,37 +221,24 @@ class TarReader(FormatReader):
         fs, root_path = self.handle("fs")
         remote = join_url(root_path, shard.file)
         if self.cache_dir is not None:
-            cache = ShardCache(self.cache_dir, self.cache_size)
-            local = cache.get(fs, remote, where, shard.bytes, shard.sha256)
+            cache = self.handle("cache")
+            local = cache.get(fs, remote, where, shard.bytes, shard.sha256, verify=self.verify)
             return self._open_local(shard, where, local_path=str(local), verified=True)
         if self.verify:
-            with fs.open(remote, "rb") as fh:
-                self._check_sha(shard, where, sha256_of(fh))
+            actual = remote_call(where, "reading", lambda: sha256_of(fs.open(remote, "rb")))
+            self._check_sha(shard, where, actual)
         index = self._load_index(shard, where, lambda: fs.open(remote, "rb"))
-        return _OpenShard(index, fs=fs, remote=remote)
+        return _OpenShard(index, fs=fs, remote=remote, url=where)
 
     def _open_local(self, shard: Shard, where: str, local_path: str = "", verified: bool = False):
         path = local_path or where
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise ManifestError(
-                f"{where}: shard listed in the manifest is missing; copy it again or re-pack the dataset"
-            ) from None
-        try:
-            size = os.fstat(fd).st_size
-            if size < shard.bytes:
-                raise ManifestError(
-                    f"{where}: shard is truncated ({size} of {shard.bytes} bytes); "
-                    "copy it again or re-pack the dataset"
-                )
-            if self.verify and not verified:
-                with open(path, "rb") as fh:
-                    self._check_sha(shard, where, sha256_of(fh))
-            index = self._load_index(shard, where, lambda: open(path, "rb"))
-        except BaseException:
-            os.close(fd)
-            raise
+        fd, index = open_shard_file(
+            path,
+            shard,
+            self.verify and not verified,
+            lambda: self._load_index(shard, where, lambda: open(path, "rb")),
+            where,
+        )
         return _OpenShard(index, fd=fd)
 
     def _check_sha(self, shard: Shard, where: str, actual: str) -> None:
@@ -241,9 +253,14 @@ class TarReader(FormatReader):
         try:
             if self.remote:
                 fs, root_path = self.handle("fs")
-                text = fs.cat_file(join_url(root_path, index_name(shard.file))).decode("ascii")
+                remote_index = join_url(root_path, index_name(shard.file))
+                if self.cache_dir is not None:
+                    text = self.handle("cache").index_text(fs, remote_index, idx_where, shard.sha256)
+                else:
+                    raw = remote_call(idx_where, "reading", fs.cat_file, remote_index)
+                    text = raw.decode("ascii", "replace")
             else:
-                with open(idx_where, encoding="ascii") as fh:
+                with open(idx_where, encoding="ascii", errors="replace") as fh:
                     text = fh.read()
         except FileNotFoundError:
             fix = (
@@ -255,8 +272,16 @@ class TarReader(FormatReader):
                 f"{idx_where}: index missing; rebuilding it from the shard (slow); {fix}", stacklevel=4
             )
             with open_tar() as fh:
-                text = format_index(scan_tar(fh))
+                text = format_index(scan_tar(fh, where))
         index = parse_index(text, idx_where)
+        if self.verify:  # the .idx has no checksum of its own: it must agree with the shard
+            with open_tar() as fh:
+                actual = parse_index(format_index(scan_tar(fh, where)), where)
+            if not all(np.array_equal(a, b) for a, b in zip(vars(index).values(), vars(actual).values())):
+                raise ChecksumError(
+                    f"{idx_where}: index does not match the members of {where} (corrupt or modified); "
+                    f"rebuild it with `pack reindex {self.root}`"
+                )
         if len(index) != shard.count:
             raise ManifestError(
                 f"{idx_where}: index lists {len(index)} samples but the manifest says {shard.count} "
@@ -294,29 +319,13 @@ class TarReader(FormatReader):
         for off, size, joff, jsize in zip(offsets, sizes, json_offsets, json_sizes):
             try:
                 meta = json.loads(bytes(view[joff : joff + jsize]))
-                records.append(
-                    Record(
-                        view[off : off + size],
-                        meta["label"],
-                        meta["height"],
-                        meta["width"],
-                        meta["channels"],
-                        encoding,
-                    )
-                )
+                fields = [meta[k] for k in ("label", "height", "width", "channels")]
+                if not all(type(v) is int and v >= 0 for v in fields):
+                    raise ValueError(f"label and shape must be integers, got {fields}")
+                records.append(Record(view[off : off + size], *fields, encoding))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ManifestError(
                     f"{self.location(shard.file)}: sample {shard.first + a + len(records)} has unreadable "
                     f"metadata ({exc}); the shard or its index is corrupt, run `pack verify`"
                 ) from None
         return records
-
-    def labels(self) -> np.ndarray:
-        if self._labels is None:
-            runs = self.manifest.extra.get("label_runs")
-            if runs is not None:
-                values, counts = zip(*runs) if runs else ((), ())
-                self._labels = np.repeat(np.asarray(values, np.int64), np.asarray(counts, np.int64))
-            else:
-                self._labels = super().labels()
-        return self._labels

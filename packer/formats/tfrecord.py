@@ -1,0 +1,73 @@
+"""TFRecord writer: ``tf.train.Example`` shards plus DALI ``tfrecord2idx`` indexes, rolled over like tar.
+
+Parts write ``part-<part>-<n>.tfrecord`` (+ ``.idx``) files that ``finish`` renames, in order, to
+``shard-000000.tfrecord``... (packer/formats/rolling.py). The bytes depend only on the samples,
+so the output is identical for any number of workers or engine. The layout is documented in
+readers/formats/tfrecord.py.
+"""
+
+from __future__ import annotations
+
+from packer.formats.base import PartResult, add_label_runs
+from packer.formats.rolling import RollingPartWriter, RollingWriter
+from packer.formats.tar import image_ext
+from packer.preprocess import PackedSample
+from readers.errors import ImgpackError
+from readers.formats.tfexample import encode_example
+from readers.formats.tfrecord import FORMAT_NAMES, META_FEATURE, format_index, frame, scan_records, shard_name
+from readers.manifest import Shard
+
+
+def example_bytes(sample: PackedSample) -> bytes:
+    """The serialized ``tf.train.Example`` of one sample (ImageNet conversion feature names)."""
+    image_format = FORMAT_NAMES.get(sample.encoding) or image_ext(sample).upper()
+    return encode_example(
+        {
+            META_FEATURE.decode(): [sample.label, sample.height, sample.width, sample.channels],
+            "image/encoded": sample.data,
+            "image/format": image_format,
+            "image/height": sample.height,
+            "image/width": sample.width,
+            "image/channels": sample.channels,
+            "image/colorspace": "L" if sample.channels == 1 else "RGB",
+            "image/class/label": sample.label,
+            "image/filename": sample.rel,
+        }
+    )
+
+
+class TfrecordPartWriter(RollingPartWriter):
+    suffix = ".tfrecord"
+
+    def encode(self, sample: PackedSample) -> tuple[bytes, int]:
+        record = frame(example_bytes(sample))
+        return record, len(record)
+
+    def index_text(self, entries: list[tuple[int, int]]) -> str:
+        return format_index([offset for offset, _ in entries], [size for _, size in entries])
+
+
+class TfrecordWriter(RollingWriter):
+    name = "tfrecord"
+    part_writer = TfrecordPartWriter
+
+    def shard_name(self, position: int) -> str:
+        return shard_name(position)
+
+    def check_options(self) -> None:
+        if self.options.get("compression") not in (None, "none"):
+            raise ImgpackError(
+                "TFRecord shards are stored uncompressed (images are compressed already); drop --compression"
+            )
+
+    def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict]:
+        runs: list[list[int]] = []
+        for result in results:
+            add_label_runs(runs, result.extra.get("label_runs", []), counted=True)
+        return self.place_shards(results), {"index": "tfrecord2idx", "label_runs": runs}
+
+
+def shard_index(fileobj, where: str) -> tuple[int, str]:
+    """(records, index text) of one TFRecord shard, read from the shard itself (``pack reindex``)."""
+    offsets, sizes = scan_records(fileobj, where)
+    return len(offsets), format_index(offsets, sizes)

@@ -1,0 +1,212 @@
+"""Scanning a label file (CSV, TSV or JSON lines) of image paths and labels into a ``SourceScan``.
+
+This is the source for ``pack imagelist``: ImageNet-style validation label files, Kaggle CSVs.
+Each row names an image (relative to ``root``, or absolute inside it) and its label, an integer
+or a class name. Classes come from ``classes`` (a file with one name per line) when given, else
+from the labels: integers 0..max (named "0", "1", ...) when every label is an integer, otherwise
+the sorted distinct names, as ImageFolder sorts folders. Samples keep the list's order.
+
+Rows that cannot be packed are skipped with a reason naming the line (missing file, unknown
+label, duplicate path, a path outside the root, an empty field), and land in the manifest's
+``skipped`` like images that fail to decode.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packer.source import SourceItem, SourceScan
+from readers.errors import ImgpackError
+
+PATH_COLUMNS = ("path", "file", "filename", "file_name", "image", "image_path", "img", "image_id", "id")
+LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "label_id")
+LIST_KINDS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+
+@dataclass
+class Row:
+    line: int
+    path: str
+    label: Any
+
+
+def list_kind(path: Path) -> str:
+    kind = LIST_KINDS.get(path.suffix.lower())
+    if kind is None:
+        raise ImgpackError(
+            f"{path}: unknown list type {path.suffix!r}; name it .csv, .tsv (or tab-separated .txt) or .jsonl"
+        )
+    return kind
+
+
+def _pick(columns: list[str], wanted: str | None, known: tuple[str, ...], what: str, where: Path) -> str:
+    if wanted is not None:
+        if wanted not in columns:
+            raise ImgpackError(f"{where}: no column {wanted!r} (columns: {', '.join(columns)})")
+        return wanted
+    lowered = {c.lower(): c for c in columns}
+    for name in known:
+        if name in lowered:
+            return lowered[name]
+    raise ImgpackError(
+        f"{where}: cannot tell which column holds the {what} (columns: {', '.join(columns)}); "
+        f"pass --{what}-column NAME"
+    )
+
+
+def read_rows(
+    list_path: Path, path_column: str | None = None, label_column: str | None = None, header: bool = True
+) -> list[Row]:
+    """The (line, path, label) rows of a list file; columns found by name (or position without header)."""
+    kind = list_kind(list_path)
+    try:
+        text = list_path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ImgpackError(f"{list_path}: no such list file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ImgpackError(f"{list_path}: cannot read the list ({exc}); it must be UTF-8 text") from None
+    rows: list[Row] = []
+    if kind == "jsonl":
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ImgpackError(f"{list_path}: line {number} is not JSON ({exc.msg})") from None
+            if not isinstance(entry, dict):
+                raise ImgpackError(f"{list_path}: line {number} is not a JSON object")
+            if not rows:  # the first object names the keys; later rows lacking one are skipped
+                keys = list(entry)
+                path_key = _pick(keys, path_column, PATH_COLUMNS, "path", list_path)
+                label_key = _pick(keys, label_column, LABEL_COLUMNS, "label", list_path)
+            rows.append(Row(number, str(entry.get(path_key, "")), entry.get(label_key, "")))
+        return rows
+    table = list(csv.reader(text.splitlines(), delimiter="," if kind == "csv" else "\t"))
+    numbered = [(n, r) for n, r in enumerate(table, 1) if any(cell.strip() for cell in r)]
+    if not numbered:
+        return rows
+    if header:
+        (_, names), numbered = numbered[0], numbered[1:]
+        names = [n.strip() for n in names]
+        p_at = names.index(_pick(names, path_column, PATH_COLUMNS, "path", list_path))
+        l_at = names.index(_pick(names, label_column, LABEL_COLUMNS, "label", list_path))
+    else:
+        try:
+            p_at, l_at = int(path_column or 0), int(label_column or 1)
+        except ValueError:
+            raise ImgpackError(
+                "without a header, --path-column/--label-column are column numbers (0, 1)"
+            ) from None
+    for number, cells in numbered:
+        if max(p_at, l_at) >= len(cells):
+            rows.append(Row(number, cells[p_at].strip() if p_at < len(cells) else "", ""))
+        else:
+            rows.append(Row(number, cells[p_at].strip(), cells[l_at].strip()))
+    return rows
+
+
+def read_classes(path: Path) -> list[str]:
+    try:
+        names = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()]
+    except OSError as exc:
+        raise ImgpackError(f"{path}: cannot read the classes file ({exc.strerror or exc})") from None
+    names = [n for n in names if n]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ImgpackError(f"{path}: class name(s) listed twice: {', '.join(duplicated[:5])}")
+    if not names:
+        raise ImgpackError(f"{path}: no class names (one per line)")
+    return names
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    return int(text) if text.lstrip("-").isdigit() else None
+
+
+def _label_resolver(rows: list[Row], classes: list[str] | None):
+    """(classes, label of a row value or None if unknown)."""
+    if classes is not None:
+        names = {n: i for i, n in enumerate(classes)}
+
+        def resolve(value: Any) -> int | None:
+            if str(value) in names:
+                return names[str(value)]
+            number = _as_int(value)
+            return number if number is not None and 0 <= number < len(classes) else None
+
+        return classes, resolve
+    values = [r.label for r in rows if str(r.label).strip() != ""]
+    numbers = [_as_int(v) for v in values]
+    if values and all(n is not None for n in numbers):
+        top = max(n for n in numbers if n is not None)
+        return [
+            str(i) for i in range(top + 1)
+        ], lambda v: n if (n := _as_int(v)) is not None and n >= 0 else None
+    found = sorted({str(v) for v in values})
+    index = {n: i for i, n in enumerate(found)}
+    return found, lambda v: index.get(str(v))
+
+
+def scan_list(
+    list_path: str | os.PathLike,
+    root: str | os.PathLike | None = None,
+    classes_file: str | os.PathLike | None = None,
+    path_column: str | None = None,
+    label_column: str | None = None,
+    header: bool = True,
+    suffix: str = "",
+) -> SourceScan:
+    """The ``SourceScan`` of a label file, with the rows it could not use in ``skipped``."""
+    list_path = Path(list_path).expanduser()
+    root = Path(root).expanduser() if root is not None else list_path.parent
+    if not root.is_dir():
+        raise ImgpackError(
+            f"{root}: --root is not a folder; give the folder the list's paths are relative to"
+        )
+    rows = read_rows(list_path, path_column, label_column, header)
+    classes, resolve = _label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
+    base = os.path.abspath(root)
+    items: list[SourceItem] = []
+    skipped: list[dict[str, str]] = []
+    first_line: dict[str, int] = {}
+    for row in rows:
+        where = f"{list_path.name} line {row.line}"
+        if not row.path:
+            skipped.append({"path": f"<{where}>", "reason": f"{where}: empty path"})
+            continue
+        full = os.path.normpath(os.path.join(base, row.path + suffix))
+        rel = os.path.relpath(full, base).replace(os.sep, "/")
+        if rel == ".." or rel.startswith("../"):
+            skipped.append({"path": row.path, "reason": f"{where}: outside --root {root}"})
+            continue
+        if rel in first_line:
+            skipped.append({"path": rel, "reason": f"{where}: duplicate of line {first_line[rel]}"})
+            continue
+        first_line[rel] = row.line
+        label = resolve(row.label) if str(row.label).strip() != "" else None
+        if str(row.label).strip() == "":
+            skipped.append({"path": rel, "reason": f"{where}: no label"})
+        elif label is None:
+            known = f"{len(classes)} classes" + (f" from {classes_file}" if classes_file else "")
+            skipped.append({"path": rel, "reason": f"{where}: unknown label {row.label!r} ({known})"})
+        elif not os.path.isfile(full):
+            skipped.append({"path": rel, "reason": f"{where}: file not found under {root}"})
+        else:
+            items.append(SourceItem(len(items), full, rel, label))
+    if not items:
+        first = f"; first problem: {skipped[0]['reason']}" if skipped else ""
+        raise ImgpackError(f"{list_path}: no usable rows ({len(skipped)} skipped){first}")
+    used = {item.label for item in items}
+    empty = [name for i, name in enumerate(classes) if i not in used]
+    return SourceScan(root, classes, items, empty, skipped=skipped, extra={"list": str(list_path.resolve())})

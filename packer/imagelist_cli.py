@@ -1,0 +1,57 @@
+"""``pack imagelist``: pack the images a CSV/TSV/JSONL label file names, like ``pack imagefolder``.
+
+The command takes every preprocessing, engine and output option of ``imagefolder`` (copied from
+that command when the group registers this one, so the two never drift apart) and runs the same
+pack on the scan of the list instead of a class-folder tree.
+"""
+
+from __future__ import annotations
+
+import click
+
+LIST_HELP = """Pack the images listed in LIST (CSV, TSV or JSONL with a path and a label column) into OUT.
+
+\b
+pack imagelist val.csv --root ~/data/val --to lmdb -o val.lmdb --resize 256
+pack imagelist labels.jsonl --root imgs --classes classes.txt --to tar -o out
+
+Labels are integers or class names; classes come from --classes (one name per line) or from
+the labels. Missing files, unknown labels and duplicate paths are skipped with a reason.
+"""
+
+
+def imagelist_command(group: click.Group) -> click.Command:
+    """The ``imagelist`` command, built from ``group``'s ``imagefolder`` options."""
+    imagefolder = group.commands["imagefolder"]
+    shared = [p for p in imagefolder.params if p.name != "src"]
+
+    def run(list_file, root, classes, path_column, label_column, no_header, suffix, **options):
+        from packer.imagelist import scan_list
+        from readers.errors import ImgpackError
+
+        scan = scan_list(list_file, root, classes, path_column, label_column, not no_header, suffix)
+        if scan.skipped and options["on_error"] == "fail":
+            first = scan.skipped[0]
+            raise ImgpackError(
+                f"{first['path']}: {first['reason']} (--on-error fail stops at the first bad row)"
+            )
+        return imagefolder.callback(src=scan, **options)
+
+    params = [
+        click.Argument(["list_file"], metavar="LIST", type=click.Path(path_type=str)),
+        click.Option(
+            ["--root"],
+            type=click.Path(path_type=str),
+            default=None,
+            help="Folder the list's paths are relative to [default: the list's folder].",
+        ),
+        click.Option(
+            ["--classes"], type=click.Path(path_type=str), help="Class names, one per line, in label order."
+        ),
+        click.Option(["--path-column"], default=None, help="Column (or JSON key) with the image path."),
+        click.Option(["--label-column"], default=None, help="Column (or JSON key) with the label."),
+        click.Option(["--no-header"], is_flag=True, help="CSV/TSV without a header row (columns 0 and 1)."),
+        click.Option(["--suffix"], default="", help="Appended to every path, e.g. .jpg for bare ids."),
+        *shared,
+    ]
+    return click.Command("imagelist", callback=run, params=params, help=LIST_HELP)

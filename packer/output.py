@@ -1,0 +1,262 @@
+"""The output directory of a pack: what is ours, who may write it, and how it is replaced.
+
+- Ownership: ``--force`` and a restarted ``--resume`` delete only entries imgpack writes (the
+  manifest when it parses as ours, the progress file, data files by their name patterns, BMP
+  class folders holding only ``.bmp`` files). Anything else makes the pack refuse, naming it.
+- Lock: the pack holds ``flock(LOCK_EX | LOCK_NB)`` on the output directory itself for its whole
+  run, so a second pack into the same output fails at once instead of interleaving writes.
+- Replacement: ``--force`` over a complete dataset builds the new one in a sibling staging
+  directory (``.<name>.imgpack-new``) and swaps it in with one ``renameat2(RENAME_EXCHANGE)``,
+  so the path always holds one whole dataset; a reader holding files open keeps reading the old
+  inodes, and the old tree is deleted only after the swap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from readers.errors import ImgpackError
+from readers.manifest import MANIFEST_NAME
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, packs are not serialised
+    fcntl = None
+
+PROGRESS_NAME = ".imgpack-progress.json"
+STAGING_SUFFIX = ".imgpack-new"
+OUR_FILES = re.compile(
+    r"""(
+        \.imgpack-progress\.json | \.imgpack-write-test
+      | \.(manifest\.json|imgpack-progress\.json|files-\d{6}\.jsonl)\.[^/]*\.?tmp
+      | data-\d{6}\.h5 | (shard|part)-\d{6}(-\d{5})?\.(tar|idx) | files-\d{6}\.jsonl
+    )$""",
+    re.VERBOSE,
+)
+LMDB_DIR = re.compile(r"data-\d{6}\.lmdb$")
+LMDB_FILES = {"data.mdb", "lock.mdb"}
+
+
+def staging_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}{STAGING_SUFFIX}"
+
+
+def check_not_source(src: Path, out: Path) -> None:
+    """Refuse an output that is the source, inside it, or one of its parents."""
+    src_real, out_real = Path(os.path.realpath(src)), Path(os.path.realpath(out))
+    if out_real == src_real or src_real in out_real.parents or out_real in src_real.parents:
+        where = (
+            "is" if out_real == src_real else ("is inside" if src_real in out_real.parents else "contains")
+        )
+        raise ImgpackError(
+            f"{out}: the output {where} the source folder {src}; choose an -o outside the source tree"
+        )
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+MANIFEST_TYPES = {
+    "format": str,
+    "format_version": int,
+    "num_samples": int,
+    "classes": list,
+    "imgpack_version": str,
+    "shards": list,
+}
+PROGRESS_TYPES = {"fingerprint": str, "parts": list}
+
+
+def _typed(data: object, types: dict[str, type]) -> bool:
+    return isinstance(data, dict) and all(isinstance(data.get(k), t) for k, t in types.items())
+
+
+def is_our_manifest(path: Path) -> bool:
+    """True when ``path`` parses as a manifest imgpack wrote (its fields and their types)."""
+    data = _read_json(path)
+    return _typed(data, MANIFEST_TYPES) and all(
+        isinstance(s, dict) and "file" in s and "sha256" in s for s in data["shards"]
+    )
+
+
+def is_our_progress(path: Path) -> bool:
+    return _typed(_read_json(path), PROGRESS_TYPES)
+
+
+def _only_bmp_below(folder: Path) -> bool:
+    for _, _, files in os.walk(folder):
+        if any(not name.lower().endswith(".bmp") for name in files):
+            return False
+    return True
+
+
+def _is_ours(entry: os.DirEntry) -> bool:
+    path = Path(entry.path)
+    if entry.is_symlink():
+        return False
+    if entry.is_dir():
+        if entry.name in (".staging", ".ray-staging"):
+            return True
+        if LMDB_DIR.match(entry.name):
+            return set(os.listdir(path)) <= LMDB_FILES
+        return _only_bmp_below(path)  # a class folder of the BMP cache
+    if entry.name == MANIFEST_NAME:
+        return is_our_manifest(path)
+    if entry.name == PROGRESS_NAME:
+        return is_our_progress(path)
+    return bool(OUR_FILES.match(entry.name))
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Names in ``folder`` that imgpack did not write (sorted)."""
+    with os.scandir(folder) as entries:
+        return sorted(e.name for e in entries if not _is_ours(e))
+
+
+def refuse_foreign(folder: Path, action: str) -> None:
+    """Raise, naming them, when ``folder`` holds entries imgpack did not write."""
+    foreign = foreign_entries(folder)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ImgpackError(
+            f"{folder}: is not an imgpack output (it holds {shown}); refusing to {action} it. "
+            "Choose another -o, or move those files away"
+        )
+
+
+def clear_ours(folder: Path, action: str) -> None:
+    """Empty ``folder`` (kept, so a lock on it stays valid) when everything in it is ours."""
+    refuse_foreign(folder, action)
+    with os.scandir(folder) as entries:
+        for entry in list(entries):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+
+
+def remove_temporaries(folder: Path) -> None:
+    """Drop temp files a killed pack left (atomic writes that never reached their rename)."""
+    with os.scandir(folder) as entries:
+        for entry in list(entries):
+            if entry.name.endswith(".tmp") and OUR_FILES.match(entry.name) and entry.is_file():
+                os.unlink(entry.path)
+
+
+def has_entries(folder: Path) -> bool:
+    with os.scandir(folder) as entries:
+        return any(True for _ in entries)
+
+
+def open_output(out: Path, force: bool, resume: bool) -> tuple[Path, OutputLock]:
+    """Lock ``out`` and pick the directory to write into (``out``, or a staging sibling)."""
+    if out.exists() and not out.is_dir():
+        raise ImgpackError(f"{out}: exists and is not a directory; choose another -o")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
+    lock = OutputLock(out)
+    try:
+        work = _work_dir(out, force, resume)
+        probe = work / ".imgpack-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        lock.release()
+        raise ImgpackError(f"{out}: cannot write here ({exc.strerror}); choose a writable -o") from None
+    except BaseException:
+        lock.release()
+        raise
+    return work, lock
+
+
+def _work_dir(out: Path, force: bool, resume: bool) -> Path:
+    staging = staging_dir(out)
+    if is_our_manifest(out / MANIFEST_NAME):  # a complete dataset: replaced only by a swap
+        if resume and staging.is_dir() and (staging / PROGRESS_NAME).exists():
+            return staging
+        if resume:
+            raise ImgpackError(f"{out}: already complete (has {MANIFEST_NAME}); nothing to resume")
+        if not force:
+            raise ImgpackError(f"{out}: already exists; pass --force to replace it")
+        refuse_foreign(out, "replace")
+        if staging.exists():
+            clear_ours(staging, "replace")
+        staging.mkdir(exist_ok=True)
+        return staging
+    if not has_entries(out):
+        return out
+    interrupted = is_our_progress(out / PROGRESS_NAME)
+    if resume and interrupted:
+        return out
+    if not (force or resume):
+        refuse_foreign(out, "write into")
+        hint = "re-run with --resume to finish it, or " if interrupted else ""
+        raise ImgpackError(f"{out}: already exists; {hint}pass --force to replace it")
+    clear_ours(out, "replace" if force else "resume into")  # --resume before any progress: start over
+    return out
+
+
+def replace_output(work: Path, out: Path) -> None:
+    """Swap the finished staging directory into ``out`` and delete the old dataset."""
+    if work != out:
+        exchange(work, out)
+    (out / PROGRESS_NAME).unlink(missing_ok=True)
+    if work != out:
+        shutil.rmtree(work)
+
+
+class OutputLock:
+    """An exclusive, non-blocking flock on the output directory, held for the whole pack."""
+
+    def __init__(self, folder: Path):
+        self.fd = -1
+        if fcntl is None:  # no flock on this platform: packs are not serialised
+            return
+        self.fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.release()
+            raise ImgpackError(
+                f"{folder}: another pack is writing this output right now; wait for it to finish "
+                "(or stop it) before packing here again"
+            ) from None
+        except OSError:  # a filesystem without locks (ENOLCK on some network mounts): unlocked
+            self.release()
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the last descriptor drops the flock
+            self.fd = -1
+
+
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+
+
+def exchange(a: Path, b: Path) -> None:
+    """Swap two directory entries in one step (Linux renameat2); two renames elsewhere."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS):  # EINVAL: the filesystem cannot exchange
+            raise OSError(code, os.strerror(code), str(a))
+    aside = a.with_name(a.name + ".old")
+    os.rename(b, aside)
+    os.rename(a, b)
+    os.rename(aside, a)

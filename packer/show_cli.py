@@ -1,0 +1,25 @@
+"""``pack show``: kept apart from packer/cli.py; the group registers it when this module exists."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("dataset", type=click.Path(path_type=str))
+@click.option("-o", "--out", required=True, type=click.Path(path_type=str), help="PNG file to write.")
+@click.option(
+    "--n", "count", type=click.IntRange(min=1), default=64, show_default=True, help="Images to show."
+)
+@click.option("--classes", default="", help="Only these classes, comma-separated names.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Which random samples.")
+@click.option(
+    "--cell", type=click.IntRange(min=16), default=128, show_default=True, help="Cell size in pixels."
+)
+def show(dataset: str, out: str, count: int, classes: str, seed: int, cell: int) -> None:
+    """Write a contact sheet of random samples of DATASET, captioned with their class names."""
+    from packer.show import save_contact_sheet
+
+    wanted = [c.strip() for c in classes.split(",") if c.strip()]
+    chosen = save_contact_sheet(dataset, out, n=count, classes=wanted, seed=seed, cell=cell)
+    click.echo(f"{out}: {len(chosen)} images of {dataset}")

@@ -1,0 +1,76 @@
+"""A full disk while packing: a real 20 MB tmpfs per test, and ENOSPC injected (strace) into the
+progress and manifest writes. Each ends in one clear line, no crash, and nothing left filling the disk."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from packer.verify import verify_dataset
+from tests.conftest import SAMPLE_DATA
+from tests.packrun import copy_source, run_pack, syscall_count
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 20 MB tmpfs mounted for the test (and unmounted after it)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"the kernel refused a tmpfs mount here: {proc.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def assert_one_line_error(rc: int, text: str, *words: str) -> None:
+    assert rc == 1, f"rc {rc} (139 would be a segfault): {text}"
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "Traceback" not in text, text
+    for word in words:
+        assert word.lower() in lines[0].lower(), text
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
+def test_disk_full_is_one_clear_error_and_frees_the_disk(tmp_path, small_disk, fmt):
+    src = copy_source(tmp_path / "src", copies=2)  # ~27 MB of raw 320x320 pixels: does not fit
+    out = small_disk / "ds"
+    args = [
+        "--to",
+        fmt,
+        "-o",
+        out,
+        "--resize",
+        "320",
+        "--crop",
+        "320",
+        "--upscale",  # without it the smaller sample photos are skipped, not enlarged
+        "--encode",
+        "raw",
+        "--workers",
+        "2",
+        "-q",
+    ]
+    rc, text = run_pack(src, *args)
+    assert_one_line_error(rc, text, "No space left on device", "free some space")
+    assert shutil.disk_usage(small_disk).used < 1 << 20  # the partial part was removed
+    assert sorted(p.name for p in out.iterdir()) == [".imgpack-progress.json"]  # no staging folder left
+
+
+@pytest.mark.parametrize("which", ["progress file", "manifest"])
+def test_enospc_on_the_progress_or_manifest_write_is_one_line_and_resumable(tmp_path, which):
+    args = [SAMPLE_DATA, "--to", "tar", "-o", tmp_path / "ds", "--resize", "32", "--workers", "1", "-q"]
+    total = syscall_count("fsync", *args[:4], tmp_path / "count", *args[5:])
+    # write_atomic fsyncs the file, then its folder: the progress file is the first, the manifest
+    # the last but one.
+    when = 1 if which == "progress file" else total - 1
+    inject = ["-e", "trace=fsync", "-e", f"inject=fsync:error=ENOSPC:when={when}"]
+    rc, text = run_pack(*args, strace=inject)
+    assert_one_line_error(rc, text, f"cannot write the {which}", "No space left on device", "--resume")
+    rc, text = run_pack(*args, "--resume")
+    assert rc == 0, text
+    assert verify_dataset(tmp_path / "ds").ok

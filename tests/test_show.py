@@ -1,0 +1,69 @@
+"""``pack show``: the contact sheet shows the chosen samples as the readers decode them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from packer.show import BACKGROUND, CAPTION, GAP, contact_sheet, pick_samples
+from readers.decode import decode_array
+from readers.errors import ImgpackError
+from readers.formats import open_reader
+from tests.conftest import run_cli
+
+
+def cell_of(sheet, slot, columns, cell):
+    x = GAP + (slot % columns) * (cell + GAP)
+    y = GAP + (slot // columns) * (cell + CAPTION + GAP)
+    return np.asarray(sheet)[y : y + cell, x : x + cell], np.asarray(sheet)[
+        y + cell : y + cell + CAPTION, x : x + cell
+    ]
+
+
+def test_picks_are_seeded_sorted_and_limited_to_classes():
+    labels = np.repeat(np.arange(4), 10)
+    classes = ["a", "b", "c", "d"]
+    first = pick_samples(labels, classes, 8, seed=0)
+    assert first.tolist() == pick_samples(labels, classes, 8, seed=0).tolist()
+    assert first.tolist() != pick_samples(labels, classes, 8, seed=1).tolist()
+    assert len(set(first.tolist())) == 8 and np.all(np.diff(labels[first]) >= 0)
+    only = pick_samples(labels, classes, 50, seed=0, wanted=["b", "d"])
+    assert sorted(only.tolist()) == list(range(10, 20)) + list(range(30, 40))
+    with pytest.raises(ImgpackError, match="unknown class"):
+        pick_samples(labels, classes, 5, 0, wanted=["zebra"])
+
+
+@pytest.mark.parametrize("spec", [{"resize": 48}, {"resize": 40, "crop": 40, "encode": "raw", "mode": "L"}])
+def test_cells_hold_the_decoded_samples_with_captions(packed, spec):
+    root = packed("tfrecord", **spec)
+    reader = open_reader(root)
+    cell = 48
+    sheet, chosen = contact_sheet(root, n=7, seed=3, cell=cell)
+    columns = 3  # ceil(sqrt(7))
+    assert sheet.size == (columns * (cell + GAP) + GAP, 3 * (cell + CAPTION + GAP) + GAP)
+    for slot, index in enumerate(chosen.tolist()):
+        expected = Image.fromarray(decode_array(reader.read(index)).squeeze()).convert("RGB")
+        expected.thumbnail((cell, cell), Image.Resampling.BILINEAR)
+        pixels, caption = cell_of(sheet, slot, columns, cell)
+        top, left = (cell - expected.height) // 2, (cell - expected.width) // 2
+        region = pixels[top : top + expected.height, left : left + expected.width]
+        assert np.array_equal(region, np.asarray(expected))
+        assert np.any(caption != BACKGROUND)  # the class name is written under it
+    empty_pixels, empty_caption = cell_of(sheet, 8, columns, cell)
+    assert np.all(empty_pixels == BACKGROUND) and np.all(empty_caption == BACKGROUND)
+
+
+def test_cli_writes_a_png_and_refuses_bad_input(packed, tmp_path):
+    root = packed("tfrecord", resize=48)
+    out = tmp_path / "grid.png"
+    proc = run_cli("show", root, "-o", out, "--n", "9", "--classes", "animals,people", "--seed", "2")
+    assert proc.returncode == 0 and "9 images" in proc.stdout
+    with Image.open(out) as image:
+        assert image.format == "PNG" and image.size == (
+            3 * (128 + GAP) + GAP,
+            3 * (128 + CAPTION + GAP) + GAP,
+        )
+    bad = run_cli("show", root, "-o", out, "--classes", "zebra")
+    assert bad.returncode == 1 and "unknown class(es) zebra; the dataset has: animals" in bad.stderr
+    assert run_cli("show", root, "-o", tmp_path / "grid.jpg").returncode == 1
