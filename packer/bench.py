@@ -17,6 +17,9 @@ Read paths, named in every result:
 The baseline is what a torchvision user without packing runs: a map-style dataset over the
 image folder that opens each file with Pillow, converts it, resizes and centre-crops it to the
 packed data's output (the first dataset's manifest ``preprocess``) on the fly.
+
+``augment="rrc"`` measures the training workload instead: every contender (the baseline on the
+original files included) reads ``RandomResizedCrop(augment_size)`` + a horizontal flip (p=0.5).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from readers.errors import ImgpackError
 from readers.manifest import read_manifest
 
 BASELINE_NAME = "imagefolder+pillow"
+AUGMENTS = ("none", "rrc")
 READ_PATHS = {
     "batch": "workers assemble whole batches (open_iterable batch_size=B, DataLoader batch_size=None)",
     "sample+stack": "per-sample items, stacked into a batch tensor by the DataLoader's collate",
@@ -63,6 +67,8 @@ class Settings:
     decode: str = "tensor"
     random_reads: int = 256
     seed: int = 0
+    augment: str = "none"  # none | rrc (RandomResizedCrop(augment_size) + flip, the training read)
+    augment_size: int = 224
 
     def __post_init__(self) -> None:
         if not self.workers or min(self.workers) < 0:
@@ -71,6 +77,18 @@ class Settings:
             raise ValueError("batch size and epochs must be >= 1 and random reads >= 0")
         if self.decode not in ("pil", "numpy", "tensor", "bytes"):
             raise ValueError(f"decode={self.decode!r}; use pil, numpy, tensor or bytes")
+        if self.augment not in AUGMENTS:
+            raise ValueError(f"augment={self.augment!r}; use one of {', '.join(AUGMENTS)}")
+        if self.augment != "none" and self.decode == "bytes":
+            raise ValueError("augment=rrc needs decoded images; use decode=tensor, numpy or pil")
+
+    def read_options(self) -> dict[str, Any]:
+        """``crop=``/``flip=`` for the readers: the training augmentation, or nothing."""
+        if self.augment == "none":
+            return {}
+        from readers.geometry import RandomResizedCrop
+
+        return {"crop": RandomResizedCrop(self.augment_size), "flip": True}
 
 
 @dataclass(frozen=True)
@@ -235,14 +253,14 @@ def describe(target: Target, settings: Settings) -> DatasetInfo:
         scan = scan_folder(target.path)
         disk = sum(os.stat(item.path).st_size for item in scan.items)
         n = len(scan.items)
-        size = fixed_size(target.preprocess)
+        size = fixed_size(target.preprocess) if settings.augment == "none" else (settings.augment_size,) * 2
         read_path = "sample+stack" if size and settings.decode in ("tensor", "numpy") else "sample+list"
         fmt, encoding = "imagefolder", "original"
     else:
         manifest = read_manifest(target.path)
         disk = folder_bytes(target.path)
         n = manifest.num_samples
-        size = fixed_size(manifest.preprocess)
+        size = fixed_size(manifest.preprocess) if settings.augment == "none" else (settings.augment_size,) * 2
         fmt, encoding = manifest.format, manifest.encoding
         if target.kind == "dali":
             read_path = "dali"
@@ -286,7 +304,7 @@ def _open_loader(target: Target, info: DatasetInfo, workers: int, settings: Sett
     extra = {"persistent_workers": True} if workers > 0 else {}
     if target.kind == "dali":
         loader_fn = _dali_module().dali_loader
-        kwargs: dict[str, Any] = {"shuffle": True, "seed": settings.seed}
+        kwargs: dict[str, Any] = {"shuffle": True, "seed": settings.seed, **settings.read_options()}
         if "num_threads" in inspect.signature(loader_fn).parameters:
             kwargs["num_threads"] = max(1, workers)
         loader = loader_fn(target.path, settings.batch_size, **kwargs)
@@ -294,7 +312,9 @@ def _open_loader(target: Target, info: DatasetInfo, workers: int, settings: Sett
     if target.kind == "baseline":
         from readers.dataset import DeterministicSampler
 
-        dataset = ImageFolderBaseline(target.path, target.preprocess, settings.decode)
+        dataset = ImageFolderBaseline(
+            target.path, target.preprocess, settings.decode, **settings.read_options()
+        )
         sampler = DeterministicSampler(len(dataset), shuffle=True, seed=settings.seed)
         collate = None if info.read_path == "sample+stack" else collate_list
         loader = DataLoader(
@@ -309,10 +329,18 @@ def _open_loader(target: Target, info: DatasetInfo, workers: int, settings: Sett
     from readers.iterable import open_iterable
 
     if info.read_path == "batch":
-        it = open_iterable(target.path, shuffle=True, seed=settings.seed, batch_size=settings.batch_size)
+        it = open_iterable(
+            target.path,
+            shuffle=True,
+            seed=settings.seed,
+            batch_size=settings.batch_size,
+            **settings.read_options(),
+        )
         loader = DataLoader(it, batch_size=None, num_workers=workers, **extra)
     else:
-        it = open_iterable(target.path, shuffle=True, seed=settings.seed, decode=settings.decode)
+        it = open_iterable(
+            target.path, shuffle=True, seed=settings.seed, decode=settings.decode, **settings.read_options()
+        )
         collate = None if info.read_path == "sample+stack" else collate_list
         loader = DataLoader(
             it, batch_size=settings.batch_size, num_workers=workers, collate_fn=collate, **extra

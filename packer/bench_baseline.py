@@ -3,7 +3,9 @@
 Each item opens its file with Pillow, converts it and resizes / centre-crops it on the fly to
 what the packed dataset stores (its manifest ``preprocess``), so both produce the same output.
 Deliberately without the packer's tricks (no DCT-domain downscaling): this is what a training
-script without packing does.
+script without packing does. With ``crop=RandomResizedCrop(...)`` (and ``flip``) it does
+torchvision's training transform instead, on the original file: a random window (the same
+sampler as imgpack's), Pillow's bilinear resize of the window, a left-right flip.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch.utils.data import Dataset
 
 from packer.preprocess import RESAMPLE, PreprocessSpec, target_size
 from packer.source import scan_folder
+from readers.geometry import TRIES, RandomResizedCrop, centre_window, flip_probability
 
 
 class ImageFolderBaseline(Dataset):
@@ -26,7 +29,12 @@ class ImageFolderBaseline(Dataset):
     """
 
     def __init__(
-        self, root: str | os.PathLike, preprocess: dict[str, Any] | None = None, decode: str = "tensor"
+        self,
+        root: str | os.PathLike,
+        preprocess: dict[str, Any] | None = None,
+        decode: str = "tensor",
+        crop: RandomResizedCrop | None = None,
+        flip: bool | float = False,
     ):
         scan = scan_folder(root)
         self.root = str(root)
@@ -36,6 +44,21 @@ class ImageFolderBaseline(Dataset):
         if self.spec is not None and self.spec.encode == "original":
             self.spec = None  # the packed data kept the source bytes: no resize to mirror
         self.decode = decode
+        self.crop = crop
+        self.flip = flip_probability(flip)
+        self._rng: np.random.Generator | None = None  # per process, made on first use
+
+    def augment(self, img: Image.Image) -> Image.Image:
+        """torchvision's RandomResizedCrop (bilinear) + RandomHorizontalFlip, with Pillow."""
+        if self._rng is None:
+            self._rng = np.random.default_rng()
+        if self.crop is not None:
+            top, left, h, w = self.crop.window(img.height, img.width, self._rng.random(4 * TRIES))
+            oh, ow = self.crop.out
+            img = img.crop((left, top, left + w, top + h)).resize((ow, oh), Image.Resampling.BILINEAR)
+        if self._rng.random() < self.flip:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return img
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -45,14 +68,16 @@ class ImageFolderBaseline(Dataset):
             img = Image.open(fh)
             img = img.convert(self.spec.mode if self.spec else "RGB")
         spec = self.spec
+        if self.crop is not None or self.flip:
+            return self.augment(img)  # the training read: on the original file
         if spec is None:
             return img
         size = target_size(img.width, img.height, spec)
         if size != img.size:
             img = img.resize(size, RESAMPLE[spec.resample])
         if spec.crop:
-            left, top = (img.width - spec.crop) // 2, (img.height - spec.crop) // 2
-            img = img.crop((left, top, left + spec.crop, top + spec.crop))
+            top, left, h, w = centre_window(img.height, img.width, (spec.crop, spec.crop))
+            img = img.crop((left, top, left + w, top + h))
         return img
 
     def __getitem__(self, index: int) -> tuple[Any, int]:

@@ -59,6 +59,15 @@ def parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> tup
     help="Random map-style reads per dataset for the random-access figure (0: skip).",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--augment",
+    type=click.Choice(["none", "rrc"]),
+    default="none",
+    show_default=True,
+    help="rrc: the training read, RandomResizedCrop(--augment-size) + flip, for every row (the baseline "
+    "on the original files).",
+)
+@click.option("--augment-size", type=click.IntRange(min=1), default=224, show_default=True)
 @click.option("--dali", is_flag=True, help="Also read each dataset through readers.dali.dali_loader.")
 @click.option(
     "--plot", "plot_path", type=click.Path(path_type=str), help="Write a PNG chart (needs matplotlib)."
@@ -77,6 +86,8 @@ def bench(
     decode: str,
     random_reads: int,
     seed: int,
+    augment: str,
+    augment_size: int,
     dali: bool,
     plot_path: str | None,
     json_path: str | None,
@@ -101,7 +112,7 @@ def bench(
     for target in (json_path, plot_path):
         if target and not Path(target).resolve().parent.is_dir():
             raise click.BadParameter(f"{target}: its folder does not exist", param_hint="--json/--plot")
-    settings = Settings(workers, batch_size, epochs, decode, random_reads, seed)
+    settings = Settings(workers, batch_size, epochs, decode, random_reads, seed, augment, augment_size)
     log = None if quiet else (lambda message: click.echo(message, err=True))
     report = run_bench(list(datasets), baseline, settings, dali=dali, log=log)
     click.echo(format_markdown(report) if markdown else format_text(report))

@@ -104,8 +104,9 @@ def _markdown(table: Table) -> str:
 def _header(report: BenchReport) -> str:
     s = report.settings
     cpus = report.machine.get("cpus")
+    training = f"training read RandomResizedCrop({s.augment_size}) + flip, " if s.augment == "rrc" else ""
     return (
-        f"batch {s.batch_size}, {s.epochs} timed epoch(s) after 1 warm-up, decode {s.decode}, "
+        f"batch {s.batch_size}, {s.epochs} timed epoch(s) after 1 warm-up, decode {s.decode}, {training}"
         f"{cpus} CPU(s), torch {report.machine.get('torch')}"
     )
 
@@ -118,7 +119,9 @@ def _footer(report: BenchReport) -> list[str]:
         "first batch: from opening the dataset (warm-up epoch); peak RSS/PSS: loader process + DataLoader "
         "workers"
     )
-    if report.baseline_preprocess:
+    if report.baseline_preprocess and report.settings.augment == "rrc":
+        lines.append("baseline: Pillow decode of the original file, then the same RandomResizedCrop + flip")
+    elif report.baseline_preprocess:
         pre = report.baseline_preprocess
         lines.append(
             f"baseline: Pillow decode + resize {pre.get('resize')} ({pre.get('resize_mode')}), "

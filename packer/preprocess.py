@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from readers.geometry import centre_window, round_size
+
 try:
     import simplejpeg
 except ImportError:  # pragma: no cover
@@ -129,7 +131,7 @@ def resized_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, in
         else:
             ref = min(width, height) if spec.resize_mode == "shorter" else max(width, height)
             scale = n / ref
-            size = (max(1, round(width * scale)), max(1, round(height * scale)))
+            size = (round_size(width * scale), round_size(height * scale))
         if not spec.upscale and size[0] * size[1] > width * height and spec.resize_mode != "exact":
             size = (width, height)
         width, height = size
@@ -144,7 +146,7 @@ def target_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int
     if spec.crop and (width < spec.crop or height < spec.crop):
         # A crop demands a fixed size: scale a small image up just enough to cover it.
         scale = spec.crop / min(width, height)
-        width, height = max(spec.crop, round(width * scale)), max(spec.crop, round(height * scale))
+        width, height = max(spec.crop, round_size(width * scale)), max(spec.crop, round_size(height * scale))
     return width, height
 
 
@@ -179,9 +181,8 @@ def _to_8bit_mode(img: Image.Image, mode: str) -> Image.Image:
 
 
 def _centre_crop(img: Image.Image, size: int) -> Image.Image:
-    left = (img.width - size) // 2
-    top = (img.height - size) // 2
-    return img.crop((left, top, left + size, top + size))
+    top, left, h, w = centre_window(img.height, img.width, (size, size))
+    return img.crop((left, top, left + w, top + h))
 
 
 def _encode(img: Image.Image, spec: PreprocessSpec) -> bytes:

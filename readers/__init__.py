@@ -16,6 +16,7 @@ _EXPORTS = {
     "PackedDataset": "readers.dataset",
     "DeterministicSampler": "readers.dataset",
     "open_iterable": "readers.iterable",
+    "RandomResizedCrop": "readers.geometry",
     "PackedIterable": "readers.iterable",
     "seed_everything": "readers.seeding",
     "seed_worker": "readers.seeding",

@@ -20,9 +20,16 @@ Every path reads the same batches (``readers.dali_feed.BatchFeed``: ``readers.or
 order, the rank split and the epochs; the format reader's ``read_many`` for the bytes), so
 labels and order are identical and pixels agree within decoder tolerance.
 
-Geometry: ``resize=N`` scales the shorter side to N (sizes rounded half up), ``resize=(H, W)``
-is exact; ``crop`` is a centre crop (N or (H, W)). ``mean``/``std`` are in pixel units (0-255,
-one value per channel) and make the output float32; without them it is uint8.
+Geometry (``readers.geometry``, the same numbers as ``open_iterable``): ``resize=N`` scales the
+shorter side to N (the other side rounded to nearest, ties to even), ``resize=(H, W)`` is exact;
+``crop`` is a centre crop (N or (H, W), offsets rounded down) or a
+``readers.RandomResizedCrop(size)``: a random window of the stored image per sample, resized to
+``size``. ``flip=True`` (or a probability) mirrors images left-right. Windows and flips are a
+function of (seed, epoch, sample index), so all three paths crop the same windows of the same
+samples; DALI gets them through its ``external_source`` (``fn.decoders.image_slice`` decodes
+only the window's region, ``fn.resize`` resizes it, ``fn.crop_mirror_normalize`` flips).
+``mean``/``std`` are in pixel units (0-255, one value per channel) and make the output float32;
+without them it is uint8.
 ``output_layout`` is ``CHW`` or ``HWC``.
 
 Last batch (``last_batch``): ``pad`` (default) fills it by wrapping around this rank's order so
@@ -42,6 +49,7 @@ import torch
 from readers.dali_feed import PIXEL_ENCODINGS, BatchFeed, as_size
 from readers.errors import ImgpackError
 from readers.formats import open_reader
+from readers.geometry import RandomResizedCrop, flip_probability
 from readers.order import OrderSpec, resolve_rank
 from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
 
@@ -249,7 +257,8 @@ def dali_loader(
     shuffle: bool = True,
     seed: int = 0,
     resize: int | Sequence[int] | None = None,
-    crop: int | Sequence[int] | None = None,
+    crop: int | Sequence[int] | RandomResizedCrop | None = None,
+    flip: bool | float = False,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     output_layout: str = "CHW",
@@ -287,7 +296,15 @@ def dali_loader(
     rank, world_size = resolve_rank(rank, world_size)
     drop = last_batch == "drop"
     order = OrderSpec(len(reader), shuffle, seed, block_size, buffer_size, rank, world_size, drop, batch_size)
-    feed = BatchFeed(path, order, batch_size, last_batch, as_size(resize, "resize"), as_size(crop, "crop"))
+    feed = BatchFeed(
+        path,
+        order,
+        batch_size,
+        last_batch,
+        as_size(resize, "resize"),
+        as_size(crop, "crop"),
+        flip=flip_probability(flip),
+    )
     channels = feed.channels
     for name, values in (("mean", mean), ("std", std)):
         if values is not None and len(values) != channels:

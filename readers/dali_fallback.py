@@ -2,7 +2,7 @@
 
 Used when DALI is not installed (or ``device="dataloader"``). Workers read the batches that
 ``BatchFeed`` plans, decode with the readers' CPU decoders, resize (bilinear with antialiasing,
-like DALI's default), centre-crop at the same offsets as DALI, and normalise; the DataLoader
+like DALI's default), crop the same windows as DALI (``BatchFeed.plan``), flip, and normalise; the DataLoader
 collects batches from its workers round-robin, so they arrive in the planned order.
 """
 
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from readers.dali_feed import BatchFeed, crop_box
+from readers.dali_feed import BatchFeed, Plan
 from readers.decode import decode_array
 from readers.order import worker_chunks
 
@@ -28,21 +28,23 @@ def resize_image(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return out[0].round_().clamp_(0, 255).to(torch.uint8)
 
 
-def transform_batch(
-    arrays: Sequence[np.ndarray],
-    sizes: np.ndarray,
-    feed: BatchFeed,
-    layout: str,
-) -> torch.Tensor:
-    """Decoded HWC arrays -> one uint8 (B, C, H, W) or (B, H, W, C) tensor, resized and cropped."""
+def transform_batch(arrays: Sequence[np.ndarray], plan: Plan, feed: BatchFeed, layout: str) -> torch.Tensor:
+    """Decoded HWC arrays -> one uint8 (B, C, H, W) or (B, H, W, C) tensor, resized, cropped, flipped."""
     out = []
-    for array, (h, w) in zip(arrays, sizes.astype(int).tolist()):
+    for i, array in enumerate(arrays):
         if not array.flags.writeable:
             array = array.copy()  # raw records are read-only views; torch wants writable memory
         image = torch.from_numpy(array).permute(2, 0, 1)
-        image = resize_image(image, (h, w))
-        top, left, ch, cw = crop_box(h, w, feed.crop)
-        out.append(image[:, top : top + ch, left : left + cw])
+        if plan.sizes is not None:
+            image = resize_image(image, tuple(plan.sizes[i].astype(int).tolist()))
+        if plan.windows is not None:
+            top, left, h, w = plan.windows[i].tolist()
+            image = image[:, top : top + h, left : left + w]
+        if feed.random_crop is not None:
+            image = resize_image(image, feed.random_crop.out)
+        if plan.flips is not None and plan.flips[i]:
+            image = image.flip(-1)
+        out.append(image)
     batch = torch.stack(out)
     if layout == "HWC":
         batch = batch.permute(0, 2, 3, 1)
@@ -75,9 +77,8 @@ class FallbackBatches(IterableDataset):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         bs, epoch = self.feed.batch_size, int(self._epoch.item())
         for start, _ in worker_chunks(self.feed.batches_in(epoch) * bs, bs, worker, workers, drop_last=False):
-            records = self.feed.records(epoch, start // bs)
-            sizes = self.feed.target_sizes(records)
-            images = transform_batch([decode_array(r) for r in records], sizes, self.feed, self.layout)
+            records, plan = self.feed.batch(epoch, start // bs)
+            images = transform_batch([decode_array(r) for r in records], plan, self.feed, self.layout)
             yield images, torch.tensor([r.label for r in records], dtype=torch.int64)
 
 

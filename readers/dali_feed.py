@@ -1,5 +1,8 @@
 """What the DALI loader and its CPU fallback both consume: the batches of an epoch and their geometry.
 
+The geometry (resize targets, centre crop offsets, random windows and flips) comes from
+``readers.geometry``, the module the batch path uses, so the same arguments crop the same pixels.
+
 ``BatchFeed`` is the one description of an epoch for ``readers.dali``: which samples go in
 batch i (from ``readers.order``, plus the last-batch policy), their records (the format
 reader's ``read_many``), and the size every image is resized to. The DALI pipeline calls it as
@@ -10,15 +13,15 @@ reader lazily, so DALI's parallel external_source workers (fork or spawn) can ea
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from readers.errors import ImgpackError
 from readers.formats import open_reader
+from readers.geometry import Augment, RandomResizedCrop, as_pair, centre_window, resized_size
 from readers.order import OrderSpec, num_chunks
 from readers.record import Record
 
@@ -31,39 +34,19 @@ Size = tuple[int, int]
 
 def as_size(value: int | Sequence[int] | None, name: str) -> Size | int | None:
     """``None``, an int (resize: shorter side; crop: square) or an (height, width) pair."""
-    if value is None:
-        return None
+    if value is None or isinstance(value, RandomResizedCrop):
+        return value
     if isinstance(value, int | np.integer):
-        if value < 1:
-            raise ValueError(f"{name}={value} must be a positive number of pixels")
-        return int(value)
-    pair = tuple(int(v) for v in value)
-    if len(pair) != 2 or min(pair) < 1:
-        raise ValueError(f"{name}={value!r}; use N or (height, width) with positive sizes")
-    return pair
+        return as_pair(value, name)[0]
+    return as_pair(value, name)
 
 
-def round_half_up(x: float) -> int:
-    return int(math.floor(x + 0.5))
+class Plan(NamedTuple):
+    """Geometry of one batch: resize targets (centre path), windows, flips; None where unused."""
 
-
-def resized_size(height: int, width: int, resize: Size | int | None) -> Size:
-    """(height, width) after ``resize``: an int scales the shorter side to it, a pair is exact."""
-    if resize is None:
-        return height, width
-    if isinstance(resize, tuple):
-        return resize
-    scale = resize / min(height, width)
-    return max(1, round_half_up(height * scale)), max(1, round_half_up(width * scale))
-
-
-def crop_box(height: int, width: int, crop: Size | int | None) -> tuple[int, int, int, int]:
-    """(top, left, crop_height, crop_width) of the centre crop, positioned the way DALI's
-    ``crop_pos_x=crop_pos_y=0.5`` does (the offset is rounded half up)."""
-    if crop is None:
-        return 0, 0, height, width
-    ch, cw = (crop, crop) if isinstance(crop, int) else crop
-    return (height - ch + 1) // 2, (width - cw + 1) // 2, ch, cw
+    sizes: np.ndarray | None  # (B, 2) float32 (height, width) each image is resized to
+    windows: np.ndarray | None  # (B, 4) int64 (top, left, height, width) after resizing
+    flips: np.ndarray | None  # (B,) bool
 
 
 class BatchFeed:
@@ -76,8 +59,9 @@ class BatchFeed:
         batch_size: int,
         last_batch: str = "pad",
         resize: Size | int | None = None,
-        crop: Size | int | None = None,
+        crop: Size | int | RandomResizedCrop | None = None,
         base_epoch: int = 0,
+        flip: float = 0.0,
     ):
         if last_batch not in LAST_BATCH:
             raise ValueError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
@@ -88,7 +72,14 @@ class BatchFeed:
         self.batch_size = int(batch_size)
         self.last_batch = last_batch
         self.resize = resize
+        self.random_crop = crop if isinstance(crop, RandomResizedCrop) else None
+        if self.random_crop is not None and resize is not None:
+            raise ValueError(
+                "resize= scales images before a centre crop; RandomResizedCrop resizes its window "
+                "to its own size, so drop resize="
+            )
         self.crop = crop
+        self.augment = Augment(self.random_crop, float(flip), order.seed)
         self.base_epoch = int(base_epoch)  # DALI counts epochs from 0 after each (re)build
         self._reader: Any = None
         self._positions: tuple[int, np.ndarray] | None = None
@@ -144,44 +135,73 @@ class BatchFeed:
             raise StopIteration
         return self.reader.read_many(self.batch_indices(epoch, i))
 
-    def target_sizes(self, records: Sequence[Record]) -> np.ndarray:
-        """(B, 2) float32 (height, width) each image is resized to; checks the batch can be stacked."""
-        sizes = np.array([resized_size(r.height, r.width, self.resize) for r in records], np.float32)
-        if len(sizes) == 0:
-            return sizes.reshape(0, 2)
-        if self.crop is not None:
-            _, _, ch, cw = crop_box(0, 0, self.crop)
-            small = np.flatnonzero((sizes[:, 0] < ch) | (sizes[:, 1] < cw))
-            if len(small):
-                h, w = sizes[small[0]].astype(int)
+    def plan(self, records: Sequence[Record], indices: Sequence[int], epoch: int) -> Plan:
+        """The geometry of a batch (checks it can be stacked): see ``Plan``."""
+        stored = [(r.height, r.width) for r in records]
+        flips = None
+        if self.augment.active:
+            params = self.augment.params(epoch, indices, stored)
+            flips = np.array([f for _, f in params], dtype=bool)
+            if self.random_crop is not None:
+                windows = np.array([w for w, _ in params], dtype=np.int64).reshape(-1, 4)
+                return Plan(None, windows, flips)
+        resized = [resized_size(h, w, self.resize) for h, w in stored]
+        sizes = np.array(resized, np.float32).reshape(-1, 2) if self.resize is not None else None
+        if self.crop is None:
+            if len({tuple(s) for s in resized}) > 1:
+                distinct = sorted({tuple(s) for s in resized})[:3]
+                raise ImgpackError(
+                    f"{self.path}: images in a batch have different sizes {distinct}...; "
+                    "pass crop=N or resize=(height, width) so every image has one size"
+                )
+            return Plan(sizes, None, flips)
+        crop = as_pair(self.crop, "crop")
+        for h, w in resized:
+            if h < crop[0] or w < crop[1]:
                 raise ImgpackError(
                     f"{self.path}: an image is {h}x{w} after resizing, smaller than crop={self.crop}; "
                     "pass a larger resize (or a smaller crop)"
                 )
-        elif len(distinct := np.unique(sizes, axis=0).astype(int)) > 1:
-            raise ImgpackError(
-                f"{self.path}: images in a batch have different sizes {distinct[:3].tolist()}...; "
-                "pass crop=N or resize=(height, width) so every image has one size"
-            )
-        return sizes
+        windows = np.array([centre_window(h, w, crop) for h, w in resized], np.int64).reshape(-1, 4)
+        return Plan(sizes, windows, flips)
+
+    def batch(self, epoch: int, i: int) -> tuple[list[Record], Plan]:
+        """Batch ``i`` of ``epoch``: its records and their geometry."""
+        records = self.records(epoch, i)
+        return records, self.plan(records, self.batch_indices(epoch, i), epoch)
 
     @property
-    def num_outputs(self) -> int:
-        """Outputs of the DALI callback: data, labels, and the target sizes when resizing."""
-        return 2 if self.resize is None else 3
+    def output_names(self) -> list[str]:
+        """Outputs of the DALI callback, in order."""
+        names = ["data", "labels"]
+        if self.resize is not None:
+            names.append("sizes")
+        if self.crop is not None:
+            names += ["anchor", "shape"]
+        if self.augment.flip > 0:
+            names.append("mirror")
+        return names
 
     def __call__(self, info: Any) -> tuple[Any, ...]:
-        """DALI ``external_source`` callback (``batch=True, batch_info=True``): data, labels[, sizes]."""
-        records = self.records(self.base_epoch + info.epoch_idx, info.iteration)
-        sizes = self.target_sizes(records)
-        labels = np.array([r.label for r in records], dtype=np.int64)
+        """DALI ``external_source`` callback (``batch=True, batch_info=True``): see ``output_names``."""
+        records, plan = self.batch(self.base_epoch + info.epoch_idx, info.iteration)
         if self.encoding in PIXEL_ENCODINGS:
             from readers.decode import decode_array
 
             data = [decode_array(r) for r in records]
         else:
             data = [np.frombuffer(r.data, dtype=np.uint8) for r in records]
-        return (data, labels, sizes)[: self.num_outputs]
+        windows = plan.windows if plan.windows is not None else np.zeros((len(records), 4), np.int64)
+        flips = plan.flips if plan.flips is not None else np.zeros(len(records), bool)
+        outputs = {
+            "data": data,
+            "labels": np.array([r.label for r in records], dtype=np.int64),
+            "sizes": plan.sizes,
+            "anchor": windows[:, :2].astype(np.float32),
+            "shape": windows[:, 2:].astype(np.float32),
+            "mirror": flips.astype(np.int32),
+        }
+        return tuple(outputs[name] for name in self.output_names)
 
     # -- pickling (parallel external_source workers, DataLoader workers) -----------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The DALI pipeline behind ``readers.dali``: external_source -> decode -> resize -> crop/normalise.
+"""The DALI pipeline behind ``readers.dali``: external_source -> decode -> resize -> crop -> flip/normalise.
 
 Imported only when DALI runs. The graph is the same on the CPU and the GPU; only the decoder's
 device (``mixed`` = nvJPEG / hardware decoder, or ``cpu``) and where the images live differ.
@@ -12,7 +12,7 @@ import torch
 from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
-from readers.dali_feed import PIXEL_ENCODINGS, BatchFeed, crop_box
+from readers.dali_feed import PIXEL_ENCODINGS, BatchFeed
 
 
 def start_method() -> str:
@@ -46,37 +46,58 @@ def build_pipeline(
     )
     pixels = feed.encoding in PIXEL_ENCODINGS
     gray = feed.channels == 1
+    random_crop = feed.random_crop is not None
+    names = feed.output_names
+    spec = {  # name: (dtype, ndim, layout) of each external_source output
+        "data": (types.UINT8, 3 if pixels else 1, "HWC" if pixels else ""),
+        "labels": (types.INT64, 0, ""),
+        "sizes": (types.FLOAT, 1, ""),
+        "anchor": (types.FLOAT, 1, ""),
+        "shape": (types.FLOAT, 1, ""),
+        "mirror": (types.INT32, 0, ""),
+    }
+    window = {"axis_names": "HW", "normalized_anchor": False, "normalized_shape": False}
     with pipe:
         outputs = fn.external_source(
             source=feed,
-            num_outputs=feed.num_outputs,
+            num_outputs=len(names),
             batch=True,
             batch_info=True,
             **source_args,
-            dtype=[types.UINT8, types.INT64, types.FLOAT][: feed.num_outputs],
-            ndim=[3 if pixels else 1, 0, 1][: feed.num_outputs],
-            layout=["HWC" if pixels else "", "", ""][: feed.num_outputs],
+            dtype=[spec[n][0] for n in names],
+            ndim=[spec[n][1] for n in names],
+            layout=[spec[n][2] for n in names],
         )
-        data, labels = outputs[0], outputs[1]
+        out = dict(zip(names, outputs))
+        data, labels = out["data"], out["labels"]
         if pixels:
             images = data.gpu() if gpu else data
+            if random_crop:
+                images = fn.slice(images, out["anchor"], out["shape"], **window)
         else:
-            decode_args = {"jpeg_fancy_upsampling": True} if gpu else {}
-            images = fn.decoders.image(
-                data,
-                device="mixed" if gpu else "cpu",
-                output_type=types.GRAY if gray else types.RGB,
-                adjust_orientation=False,  # records are stored upright; the CPU decoders ignore EXIF too
-                **decode_args,
-            )
+            decode_args = {
+                "device": "mixed" if gpu else "cpu",
+                "output_type": types.GRAY if gray else types.RGB,
+                "adjust_orientation": False,  # records are stored upright; the CPU decoders ignore EXIF too
+            }
+            if gpu:
+                decode_args["jpeg_fancy_upsampling"] = True
+            if random_crop:  # decode only the window's region
+                images = fn.decoders.image_slice(data, out["anchor"], out["shape"], **window, **decode_args)
+            else:
+                images = fn.decoders.image(data, **decode_args)
+        resize = {"interp_type": types.INTERP_LINEAR, "antialias": True}
         if feed.resize is not None:
-            images = fn.resize(images, size=outputs[2], interp_type=types.INTERP_LINEAR, antialias=True)
+            images = fn.resize(images, size=out["sizes"], **resize)
+        if random_crop:
+            images = fn.resize(images, size=[float(v) for v in feed.random_crop.out], **resize)
+        elif feed.crop is not None:  # the centre window, at the offsets readers.geometry computed
+            images = fn.slice(images, out["anchor"], out["shape"], **window)
         cmn = {"dtype": types.UINT8}
         if mean is not None:
             cmn = {"dtype": types.FLOAT, "mean": list(map(float, mean)), "std": list(map(float, std))}
-        if feed.crop is not None:
-            _, _, ch, cw = crop_box(0, 0, feed.crop)
-            cmn.update(crop=(ch, cw), crop_pos_x=0.5, crop_pos_y=0.5)
+        if "mirror" in out:
+            cmn["mirror"] = out["mirror"]
         images = fn.crop_mirror_normalize(images, output_layout=output_layout, **cmn)
         pipe.set_outputs(images, labels.gpu() if gpu else labels)
     if parallel:

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from readers.batch import BatchAssembler, Size
+from readers.batch import BatchAssembler, Crop, Size
 from readers.batch_check import check_batch_sizes
-from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors
+from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors, to_output
 from readers.formats import open_reader
 from readers.order import OrderSpec, resolve_rank
 from readers.stream import EpochStream
@@ -55,11 +55,12 @@ class PackedIterable(EpochStream):
         layout: str = "CHW",
         verify: bool = False,
         reader_options: dict[str, Any] | None = None,
-        crop: Size = None,
+        crop: Crop = None,
         size: Size = None,
         decode_threads: int = 0,
         fast_dct: bool = False,
         dct_scaling: bool = True,
+        flip: bool | float = False,
         loader_batch_size: int | None = None,
         batch_transform: Callable | None = None,
     ):
@@ -67,8 +68,8 @@ class PackedIterable(EpochStream):
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-        if batch_size is None and (crop is not None or size is not None or decode_threads):
-            raise ValueError("crop=, size= and decode_threads= apply to whole batches: also pass batch_size=")
+        if batch_size is None and decode_threads:
+            raise ValueError("decode_threads= applies to whole batches: also pass batch_size=")
         if batch_size is not None and transform is not None:
             raise ValueError(
                 "transform= is applied to each image, but with batch_size= the workers build whole "
@@ -96,9 +97,13 @@ class PackedIterable(EpochStream):
         self.target_transform = target_transform
         self.layout = layout
         # Batch options (crop, size, decode threads): see readers.batch.
-        self.assembler = BatchAssembler(layout, crop, size, decode_threads, fast_dct, dct_scaling)
+        self.assembler = BatchAssembler(layout, crop, size, decode_threads, fast_dct, dct_scaling, flip, seed)
         if batch_size is not None:
             check_batch_sizes(str(path), self.reader.manifest.stored_sizes, crop, size)
+        # Per-sample path with crop/size/flip: each image goes through the batch geometry.
+        self._geometric = crop is not None or size is not None or self.assembler.augment.active
+        if batch_size is None and self._geometric and decode == "bytes":
+            raise ValueError("crop=, size= and flip= need decoded images: decode='tensor', 'numpy' or 'pil'")
         self.init_stream()
 
     @property
@@ -112,23 +117,29 @@ class PackedIterable(EpochStream):
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
         wanted = np.concatenate([positions[a:b] for a, b in spans])
         records = self.reader.read_many(wanted)
-        yield from naming_decode_errors(self._emit_records(records, spans), self.reader, wanted, records)
+        emitted = self._emit_records(records, positions, spans)
+        yield from naming_decode_errors(emitted, self.reader, wanted, records)
 
-    def _emit_records(self, records: list, spans: list[tuple[int, int]]) -> Iterator[Any]:
+    def _emit_records(self, records: list, positions: np.ndarray, spans: list[tuple[int, int]]):
+        epoch = self._pass.epoch  # random crops and flips: a function of (seed, epoch, sample index)
         cursor = 0
         for a, b in spans:
             part = records[cursor : cursor + (b - a)]
             cursor += b - a
             if self.batch_size is not None:
                 self._pass.samples += len(part)
+                indices = positions[a:b]
                 if self.batch_transform is None:
-                    yield whole_batch(self.assembler.shared(part))  # (images, labels) in the loop
+                    yield whole_batch(self.assembler.shared(part, indices, epoch))  # (images, labels) later
                 else:
-                    images, labels = self.assembler(part)
+                    images, labels = self.assembler(part, indices=indices, epoch=epoch)
                     yield whole_batch((self.batch_transform(images), labels))
             else:
-                for record in part:
-                    image = decode_record(record, self.decode)
+                for record, index in zip(part, positions[a:b]):
+                    if self._geometric:
+                        image = to_output(self.assembler.one(record, index, epoch), self.decode)
+                    else:
+                        image = decode_record(record, self.decode)
                     if self.transform is not None:
                         image = self.transform(image)
                     self._pass.samples += 1

@@ -3,7 +3,13 @@
 
 Workloads (identical for every system; 2 loader workers, batch 64, shuffled, uint8 output):
 - W_jpeg: stored JPEG q90, shorter side 256; read = decode, centre crop 224, (B, 3, 224, 224) + labels;
-- W_raw: stored raw uint8 224x224x3 (resize 256, centre crop 224 at packing); read = that tensor + labels.
+- W_raw: stored raw uint8 224x224x3 (resize 256, centre crop 224 at packing); read = that tensor + labels;
+- W_train: the training read of W_jpeg's data: RandomResizedCrop(224) (scale 0.08-1, ratio 3/4-4/3)
+  + horizontal flip p=0.5, (B, 3, 224, 224) uint8 + labels. Contenders: ``imgpack-batch``
+  (``crop=RandomResizedCrop(224), flip=True``), ``imgpack-sample`` (the per-sample path with the same
+  arguments), ``imagefolder`` (Pillow on the original files, torchvision's transform) and ``ffcv``
+  (``RandomResizedCropRGBImageDecoder((224, 224))`` + ``RandomHorizontalFlip()``). The report adds
+  the per-core decode limit of this workload (one process, no DataLoader) and what each step costs.
 
 Each contender runs in its own fresh process, several rounds, contenders interleaved, so that the
 load from other users of the machine falls on all of them alike. Per run: time to first batch
@@ -38,10 +44,19 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-WORKLOADS = ("W_jpeg", "W_raw")
-CONTENDERS = ("imgpack-batch", "imgpack-sample", "webdataset", "ffcv")
+WORKLOADS = ("W_jpeg", "W_raw", "W_train")
+CONTENDERS = ("imgpack-batch", "imgpack-sample", "webdataset", "imagefolder", "ffcv")
+PEERS = {  # contenders run per workload
+    "W_jpeg": ("imgpack-batch", "imgpack-sample", "webdataset", "ffcv"),
+    "W_raw": ("imgpack-batch", "imgpack-sample", "webdataset", "ffcv"),
+    "W_train": ("imgpack-batch", "imgpack-sample", "imagefolder", "ffcv"),
+}
 CROP = 224
-DESIGN_FFCV = {"W_jpeg": 4500, "W_raw": 44000}  # DESIGN.md reference (2-core machine), not measured here
+DESIGN_FFCV = {
+    "W_jpeg": 4500,
+    "W_raw": 44000,
+    "W_train": 2700,
+}  # DESIGN.md reference (2-core machine), not measured here
 
 
 # -- data preparation (product venv) -----------------------------------------------------------
@@ -84,6 +99,7 @@ def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> d
                     check=True,
                 )
             paths[workload]["beton"] = str(beton)
+    paths["W_train"] = dict(paths["W_jpeg"], src=str(src))  # the same stored data, read for training
     return paths
 
 
@@ -142,18 +158,27 @@ def imgpack_loader(name: str, workload: str, paths: dict, workers: int, batch: i
     sys.path.insert(0, str(REPO))
     from torch.utils.data import DataLoader
 
-    from readers import open_iterable
+    from readers import RandomResizedCrop, open_iterable
 
     path = paths[workload]["lmdb"]
     crop = CROP if workload == "W_jpeg" else None
+    train = {"crop": RandomResizedCrop(CROP), "flip": True} if workload == "W_train" else {}
 
     def build():
+        if name == "imagefolder":
+            from packer.bench_baseline import ImageFolderBaseline
+
+            dataset = ImageFolderBaseline(paths[workload]["src"], None, "tensor", **train)
+            return DataLoader(
+                dataset, batch_size=batch, shuffle=True, num_workers=workers, persistent_workers=True
+            )
         if name == "imgpack-batch":
             # fast_dct: libjpeg-turbo's fast integer IDCT, the setting FFCV always uses.
-            it = open_iterable(path, shuffle=True, seed=0, batch_size=batch, crop=crop, fast_dct=True)
+            options = train or {"crop": crop}
+            it = open_iterable(path, shuffle=True, seed=0, batch_size=batch, fast_dct=True, **options)
             return DataLoader(it, batch_size=None, num_workers=workers, persistent_workers=True)
         transform = centre_crop_chw if crop else None
-        it = open_iterable(path, shuffle=True, seed=0, decode="tensor", transform=transform)
+        it = open_iterable(path, shuffle=True, seed=0, decode="tensor", transform=transform, **train)
         return DataLoader(it, batch_size=batch, num_workers=workers, persistent_workers=True)
 
     return build
@@ -200,16 +225,24 @@ def wds_loader(workload: str, paths: dict, workers: int, batch: int):
 
 def ffcv_loader(workload: str, paths: dict, workers: int, batch: int):
     from ffcv.fields.basics import IntDecoder
-    from ffcv.fields.rgb_image import CenterCropRGBImageDecoder, SimpleRGBImageDecoder
+    from ffcv.fields.rgb_image import (
+        CenterCropRGBImageDecoder,
+        RandomResizedCropRGBImageDecoder,
+        SimpleRGBImageDecoder,
+    )
     from ffcv.loader import Loader, OrderOption
-    from ffcv.transforms import Squeeze, ToTensor, ToTorchImage
+    from ffcv.transforms import RandomHorizontalFlip, Squeeze, ToTensor, ToTorchImage
 
+    augment = []
     if workload == "W_jpeg":
         decoder = CenterCropRGBImageDecoder((CROP, CROP), ratio=CROP / 256)
+    elif workload == "W_train":
+        decoder = RandomResizedCropRGBImageDecoder((CROP, CROP))
+        augment = [RandomHorizontalFlip()]
     else:
         decoder = SimpleRGBImageDecoder()
     pipelines = {
-        "image": [decoder, ToTensor(), ToTorchImage()],
+        "image": [decoder, *augment, ToTensor(), ToTorchImage()],
         "label": [IntDecoder(), ToTensor(), Squeeze()],
     }
     return lambda: Loader(
@@ -332,7 +365,62 @@ def run_child(python: str, name: str, workload: str, paths: dict, args: argparse
     return result
 
 
-def summarise(runs: dict, ffcv_measured: bool) -> str:
+def decode_limit(lmdb: str, batch: int, rounds: int = 2) -> dict[str, float]:
+    """The training read in one process, one thread, no DataLoader: img/s per core and the cost of
+    each step in microseconds per image (best of ``rounds``)."""
+    sys.path.insert(0, str(REPO))
+    import numpy as np
+    import simplejpeg
+
+    from readers import RandomResizedCrop
+    from readers.batch import BatchAssembler, _mirror, resize_into
+    from readers.formats import open_reader
+
+    reader = open_reader(lmdb)
+    n = len(reader)
+    assembler = BatchAssembler("CHW", RandomResizedCrop(CROP), fast_dct=True, flip=True, seed=0)
+    out = np.empty((batch, CROP, CROP, 3), np.uint8)
+    spans = [np.arange(a, min(a + batch, n)) for a in range(0, n, batch)]
+
+    def read():
+        return [reader.read_many(idx) for idx in spans]
+
+    def params(records):
+        return [p for rs, idx in zip(records, spans) for p in assembler.params(rs, idx, 1)]
+
+    def decode(records):
+        return [simplejpeg.decode_jpeg(r.data, fastdct=True) for rs in records for r in rs]
+
+    def resize_flip(decoded, flat):
+        for i, (image, (window, flip)) in enumerate(zip(decoded, flat)):
+            top, left, h, w = window
+            resize_into(image[top : top + h, left : left + w], out[i % batch])
+            if flip:
+                _mirror(out[i % batch])
+
+    def whole(records):
+        for rs, idx in zip(records, spans):
+            assembler(rs, out[: len(rs)], idx, 1)
+
+    best: dict[str, float] = {}
+
+    def timed(name, fn, *args):
+        t0 = time.perf_counter()
+        result = fn(*args)
+        best[name] = min(best.get(name, float("inf")), (time.perf_counter() - t0) / n * 1e6)
+        return result
+
+    for _ in range(rounds):
+        records = timed("read_us", read)
+        flat = timed("params_us", params, records)
+        decoded = timed("decode_us", decode, records)
+        timed("resize_flip_us", resize_flip, decoded, flat)
+        timed("whole_us", whole, records)
+    best["img_per_s_per_core"] = 1e6 / best["whole_us"]
+    return best
+
+
+def summarise(runs: dict, ffcv_measured: bool, limit: dict[str, float] | None = None) -> str:
     lines = []
     for workload in WORKLOADS:
         lines.append(f"\n{workload}: img/s warm epoch (median of rounds), first batch s, peak PSS MiB")
@@ -351,9 +439,19 @@ def summarise(runs: dict, ffcv_measured: bool) -> str:
                 max(r["peak_pss_mib"] for r in ok),
             )
         base = table.get("ffcv")
+        folder = table.get("imagefolder")
         for name, (rate, first, mem) in table.items():
             ratio = f"  {rate / base[0]:.2f}x FFCV rate, {mem / base[2]:.2f}x FFCV memory" if base else ""
+            ratio += f", {rate / folder[0]:.2f}x ImageFolder" if folder else ""
             lines.append(f"  {name:15s} {rate:9.0f} img/s  first {first:5.2f} s  peak {mem:7.0f} MiB{ratio}")
+        if workload == "W_train" and limit and "imgpack-batch" in table:
+            cores = os.cpu_count() or 1
+            steps = ", ".join(f"{k[:-3]} {v:.0f}" for k, v in limit.items() if k.endswith("_us"))
+            lines.append(
+                f"  decode limit: {limit['img_per_s_per_core']:.0f} img/s per core (us/image: {steps}); "
+                f"imgpack-batch reaches {table['imgpack-batch'][0] / limit['img_per_s_per_core']:.2f} "
+                f"cores' worth on this {cores}-CPU machine"
+            )
         if not ffcv_measured and "imgpack-batch" in table:
             ref = DESIGN_FFCV[workload]
             lines.append(
@@ -376,6 +474,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--only", nargs="*", default=None, help="contenders to run")
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--memory-interval", type=float, default=0.25, help="seconds between memory samples")
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
     # child mode
@@ -396,9 +495,18 @@ def main() -> None:
     paths = prepare(args.src, args.out, args.ffcv_python)
     contenders = [c for c in (args.only or CONTENDERS) if c != "ffcv" or args.ffcv_python]
     runs: dict = {}
+    limit = None
     for round_ in range(args.rounds):
-        for workload in WORKLOADS:
-            for name in contenders:
+        if "W_train" in args.workloads:  # measured between the contenders' runs, like them
+            step = decode_limit(paths["W_train"]["lmdb"], args.batch)
+            limit = (
+                step
+                if limit is None
+                else {k: min(v, step[k]) if k.endswith("_us") else max(v, step[k]) for k, v in limit.items()}
+            )
+            print(f"round {round_} W_train decode limit: {json.dumps(step)}", flush=True)
+        for workload in args.workloads:
+            for name in (c for c in contenders if c in PEERS[workload]):
                 python = args.ffcv_python if name == "ffcv" else sys.executable
                 result = run_child(python, name, workload, paths, args)
                 runs.setdefault((workload, name), []).append(result)
@@ -406,7 +514,7 @@ def main() -> None:
                 print(f"round {round_} {workload} {name}: {json.dumps(shown)}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({f"{w}|{n}": r for (w, n), r in runs.items()}, indent=1))
-    print(summarise(runs, "ffcv" in contenders))
+    print(summarise(runs, "ffcv" in contenders, limit))
 
 
 if __name__ == "__main__":

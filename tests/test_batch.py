@@ -142,7 +142,7 @@ def test_crop_larger_than_image_is_a_clear_error(packed):
     with pytest.raises(Exception, match="crop=48 is larger"):  # when it is created (issue 17)
         list(open_iterable(path, batch_size=4, crop=48))
     with pytest.raises(ValueError, match="batch_size"):
-        open_iterable(path, crop=16)
+        open_iterable(path, decode_threads=2)
 
 
 @pytest.mark.parametrize("workers", [0, 1, 3])

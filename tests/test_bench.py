@@ -162,6 +162,28 @@ def test_cli_subprocess_writes_json(fixed_ds, tmp_path):
     assert data["datasets"][0]["random_access"] is None
 
 
+def test_cli_training_row_reads_random_resized_crops(packed, tmp_path):
+    # A dataset whose stored sizes vary: only the random crop makes every image one size.
+    varied = packed("lmdb", resize=48, encode="jpeg")
+    out = tmp_path / "train.json"
+    args = ["bench", varied, "--baseline", SAMPLE_DATA, "--augment", "rrc", "--augment-size", "32"]
+    args += ["--workers", "0", "--epochs", "1", "--random-reads", "0", "--json", out, "-q"]
+    proc = run_cli(*args, check=True, timeout=180)
+    assert "RandomResizedCrop(32) + flip" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["settings"]["augment"] == "rrc"
+    by_name = {d["name"]: d for d in data["datasets"]}
+    assert by_name["lmdb:ds"]["read_path"] == "batch" and by_name["lmdb:ds"]["output_size"] == [32, 32]
+    assert by_name[BASELINE_NAME]["read_path"] == "sample+stack"
+    assert all(r["images"] == read_manifest(varied).num_samples for r in data["runs"])
+    baseline = ImageFolderBaseline(
+        SAMPLE_DATA, None, "numpy", **Settings(augment="rrc", augment_size=32).read_options()
+    )
+    assert baseline[0][0].shape == (32, 32, 3)
+    with pytest.raises(ValueError, match="augment="):
+        Settings(augment="mixup")
+
+
 def test_cli_errors_are_one_line(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["bench", str(tmp_path)])

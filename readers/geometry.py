@@ -1,0 +1,213 @@
+"""Image geometry, in one place: resize targets, rounding, centre crops, random crop windows, flips.
+
+The packer, the batch path (``readers.batch``), the DALI pipeline and its CPU fallback all take
+their numbers from here, so equal arguments give equal windows on every path.
+
+The rounding rule:
+
+- a resized size is ``round(x)`` (nearest integer, ties to even, as Python rounds) and at least 1;
+  ``size=N`` scales the shorter side to exactly N and rounds the other side that way;
+- a centre crop of (h, w) from an image of (H, W) starts at ``((H - h) // 2, (W - w) // 2)``:
+  the margin halved, rounded down, so an odd margin leaves the extra pixel at the bottom/right;
+- random windows (``RandomResizedCrop``) are whole pixels by construction.
+
+Random parameters are a pure function of ``(seed, epoch, global sample index)``: each is a
+uniform number from a counter-based generator (the SplitMix64 finaliser applied to a key made of
+the seed and epoch plus a counter made of the sample index and the draw number), never state
+carried by a worker, so any worker count, rank split or mid-epoch resume sees the same window and
+flip for the same sample. A whole batch's numbers come from one vectorised NumPy call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+Pair = tuple[int, int]
+MASK64 = (1 << 64) - 1
+TRIES = 10  # torchvision's RandomResizedCrop tries 10 windows before the centre fallback
+DRAWS = 1 + 4 * TRIES  # uniforms per sample: the flip, then four per try
+
+
+class Window(NamedTuple):
+    """A rectangle of whole pixels: top-left corner and size."""
+
+    top: int
+    left: int
+    height: int
+    width: int
+
+
+def as_pair(value: int | Sequence[int], name: str) -> Pair:
+    """An int N as (N, N), or an (height, width) pair; ``ValueError`` naming ``name`` otherwise."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        pair: tuple[int, ...] = (int(value), int(value))
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        pair = tuple(int(v) for v in value)
+    else:
+        raise ValueError(f"{name}={value!r}; use a positive int or (height, width)")
+    if len(pair) != 2 or min(pair) < 1:
+        raise ValueError(f"{name}={value!r}; use a positive int or (height, width)")
+    return pair  # type: ignore[return-value]
+
+
+def round_size(x: float) -> int:
+    """The one rounding rule for sizes: nearest integer, ties to even, at least 1."""
+    return max(1, round(x))
+
+
+def resized_size(height: int, width: int, size: int | Pair | None) -> Pair:
+    """(height, width) after ``size``: None keeps it, an int scales the shorter side, a pair is exact."""
+    if size is None:
+        return height, width
+    if not isinstance(size, int):
+        return size
+    if height <= width:
+        return size, round_size(width * size / height)
+    return round_size(height * size / width), size
+
+
+def centre_window(height: int, width: int, crop: Pair) -> Window:
+    """The centre ``crop`` of an image of height x width (offsets rounded down)."""
+    ch, cw = crop
+    return Window((height - ch) // 2, (width - cw) // 2, ch, cw)
+
+
+def scaled_window(window: Window, scale: tuple[float, float], shape: Pair) -> Window:
+    """``window`` in an image scaled by (sy, sx) to ``shape``: edges rounded, at least one pixel."""
+    sy, sx = scale
+    top, left = min(round(window.top * sy), shape[0] - 1), min(round(window.left * sx), shape[1] - 1)
+    bottom = min(shape[0], max(top + 1, round((window.top + window.height) * sy)))
+    right = min(shape[1], max(left + 1, round((window.left + window.width) * sx)))
+    return Window(top, left, bottom - top, right - left)
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop:
+    """A random window of the stored image, resized to ``size``: torchvision's RandomResizedCrop.
+
+    The window covers a fraction of the area drawn uniformly from ``scale`` with an aspect ratio
+    (width / height) log-uniform in ``ratio``; up to 10 tries, then a centre crop of the image
+    clamped to ``ratio``. Pass it as ``crop=`` to ``open_iterable`` or ``dali_loader``.
+    """
+
+    size: int | tuple[int, int]
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", as_pair(self.size, "size"))
+        scale = _float_pair(self.scale, "scale")
+        if not 0 < scale[0] <= scale[1] <= 1:
+            raise ValueError(f"scale={self.scale!r}; use (min, max) with 0 < min <= max <= 1")
+        ratio = _float_pair(self.ratio, "ratio")
+        if not 0 < ratio[0] <= ratio[1]:
+            raise ValueError(f"ratio={self.ratio!r}; use (min, max) with 0 < min <= max")
+        object.__setattr__(self, "scale", scale)
+        object.__setattr__(self, "ratio", ratio)
+
+    @property
+    def out(self) -> Pair:
+        return self.size  # type: ignore[return-value]
+
+    def window(self, height: int, width: int, uniforms: Sequence[float]) -> Window:
+        """One window of an image of height x width (torchvision's ``get_params`` algorithm).
+
+        ``uniforms``: ``4 * TRIES`` numbers in [0, 1), four per try (area, ratio, top, left).
+        """
+        area = height * width
+        (s_lo, s_hi), (r_lo, r_hi) = self.scale, (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for t in range(TRIES):
+            u_area, u_ratio, u_top, u_left = uniforms[4 * t : 4 * t + 4]
+            target = area * (s_lo + (s_hi - s_lo) * u_area)
+            aspect = math.exp(r_lo + (r_hi - r_lo) * u_ratio)
+            w = round(math.sqrt(target * aspect))
+            h = round(math.sqrt(target / aspect))
+            if 0 < w <= width and 0 < h <= height:
+                top = int(u_top * (height - h + 1))  # uniform integer in [0, height - h]
+                left = int(u_left * (width - w + 1))
+                return Window(top, left, h, w)
+        in_ratio = width / height
+        if in_ratio < self.ratio[0]:
+            w, h = width, round(width / self.ratio[0])
+        elif in_ratio > self.ratio[1]:
+            w, h = round(height * self.ratio[1]), height
+        else:
+            w, h = width, height
+        return Window((height - h) // 2, (width - w) // 2, h, w)
+
+
+def _float_pair(value: Sequence[float], name: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r}; use a (min, max) pair of numbers") from None
+    return lo, hi
+
+
+def flip_probability(flip: bool | float | None) -> float:
+    """``flip=`` as a probability: False/None 0, True 0.5, a number in [0, 1] as given."""
+    if flip is None or flip is False:
+        return 0.0
+    if flip is True:
+        return 0.5
+    try:
+        p = float(flip)
+    except (TypeError, ValueError):
+        raise ValueError(f"flip={flip!r}; use True, False or a probability in [0, 1]") from None
+    if not 0 <= p <= 1:
+        raise ValueError(f"flip={flip!r}; use True, False or a probability in [0, 1]")
+    return p
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser: a bijective 64-bit hash with good avalanche (wrapping arithmetic)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def sample_uniforms(seed: int, epoch: int, indices: Sequence[int] | np.ndarray, draws: int = DRAWS):
+    """(len(indices), draws) float64 uniforms in [0, 1), a pure function of (seed, epoch, index, draw)."""
+    golden = np.uint64(0x9E3779B97F4A7C15)
+    key = _mix(np.array([int(seed) & MASK64], np.uint64) + golden)
+    key = _mix(key ^ np.array([int(epoch) & MASK64], np.uint64))
+    counter = np.asarray(indices, dtype=np.int64).astype(np.uint64)[:, None] * np.uint64(draws)
+    counter = counter + np.arange(draws, dtype=np.uint64)
+    bits = _mix(_mix(counter * golden + key))
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+@dataclass(frozen=True)
+class Augment:
+    """Per-sample random geometry: a ``RandomResizedCrop`` window (or none) and a flip."""
+
+    crop: RandomResizedCrop | None
+    flip: float
+    seed: int
+
+    @property
+    def active(self) -> bool:
+        return self.crop is not None or self.flip > 0
+
+    def params(
+        self, epoch: int, indices: Sequence[int] | np.ndarray, sizes: Sequence[tuple[int, int]]
+    ) -> list[tuple[Window | None, bool]]:
+        """(window, flip) of each sample ``indices[i]`` stored at ``sizes[i]`` (height, width).
+
+        The flip uses the first number, so the window does not depend on the flip probability.
+        """
+        if len(indices) != len(sizes):
+            raise ValueError(f"{len(indices)} sample indices for {len(sizes)} images")
+        if not len(indices):
+            return []
+        rows = sample_uniforms(self.seed, epoch, indices).tolist()
+        out = []
+        for row, (height, width) in zip(rows, sizes):
+            window = self.crop.window(height, width, row[1:]) if self.crop is not None else None
+            out.append((window, row[0] < self.flip))
+        return out
