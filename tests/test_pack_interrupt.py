@@ -56,14 +56,15 @@ def test_kill_before_the_first_part_completes_leaves_a_resumable_output(tmp_path
 
 
 def test_ctrl_c_of_a_bmp_pack_then_resume(tmp_path):
+    src = copy_source(tmp_path / "src", copies=4)  # still packing when the signal comes, even idle
     out = tmp_path / "ds"
-    proc = start_pack(SAMPLE_DATA, "--to", "bmp", "-o", out, "--workers", "2", "-q", "--resize", "256")
+    proc = start_pack(src, "--to", "bmp", "-o", out, "--workers", "2", "-q", "--resize", "256")
     wait_started(out, proc)
     time.sleep(0.4)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "--resume" in err and "Traceback" not in err, err
-    args = (SAMPLE_DATA, "--to", "bmp", "-o", out, "--workers", "2", "-q", "--resize", "256")
+    args = (src, "--to", "bmp", "-o", out, "--workers", "2", "-q", "--resize", "256")
     rc, text = run_pack(*args, "--resume")
     assert rc == 0, text
     assert run_cli("verify", out).returncode == 0
