@@ -83,9 +83,10 @@ def test_kill_and_resume_trains_on_exactly_the_uninterrupted_samples(
 
 
 @pytest.mark.timeout(900)
-def test_kill_and_resume_under_a_two_rank_gloo_group(packed, tmp_path):
+@pytest.mark.parametrize("mode", ["batch", "sample"])
+def test_kill_and_resume_under_a_two_rank_gloo_group(packed, tmp_path, mode):
     path = packed("lmdb", **SPEC)
-    options = ("--world", "2", "--workers", "1", "--persistent", "--epochs", "1")
+    options = ("--mode", mode, "--world", "2", "--workers", "1", "--persistent", "--epochs", "1")
     ref = train(path, tmp_path / "ref", *options)
     got = train(path, tmp_path / "killed", *options, kill_at=(2, 4))
     assert got == ref
