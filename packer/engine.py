@@ -22,23 +22,23 @@ import shutil
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from packer.formats import FormatWriter, PartResult, writer_class
+from packer.formats import PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.lifetime import die_with_parent
 from packer.output import PROGRESS_NAME, check_not_source, open_output, remove_temporaries, replace_output
-from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
-from packer.sizes import KEY as SIZES_KEY
-from packer.sizes import SizeTally, merge_sizes
+from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
+from packer.preprocess import PackedSample, PreprocessSpec
+from packer.sizes import merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
-from readers.manifest import Manifest, Shard, write_atomic, write_manifest
+from readers.manifest import Manifest, write_atomic, write_manifest
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
@@ -63,19 +63,6 @@ class PackReport:
         return (self.packed + self.skipped) / self.seconds if self.seconds > 0 else 0.0
 
 
-Failure = tuple[int, str, str]  # (source index, relative path, reason)
-
-
-def _preprocess_chunk(chunk: list[SourceItem], spec: PreprocessSpec) -> list[PackedSample | Failure]:
-    out: list[PackedSample | Failure] = []
-    for item in chunk:
-        try:
-            out.append(preprocess_file(item.path, item.rel, item.label, item.index, spec))
-        except SkipSample as exc:
-            out.append((item.index, item.rel, str(exc)))
-    return out
-
-
 def preprocessed(
     items: list[SourceItem], spec: PreprocessSpec, workers: int
 ) -> Iterator[PackedSample | Failure]:
@@ -86,7 +73,7 @@ def preprocessed(
     chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
     if workers <= 1 or not chunks:
         for chunk in chunks:
-            yield from _preprocess_chunk(chunk, spec)
+            yield from preprocess_chunk(chunk, spec)
         return
     method = "fork" if "fork" in _start_methods() else "spawn"
     pool = ProcessPoolExecutor(
@@ -103,11 +90,11 @@ def preprocessed(
         # initializer has set it to ignore interrupts, so they are held until then.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            in_flight.append(pool.submit(_preprocess_chunk, chunks[0], spec))
+            in_flight.append(pool.submit(preprocess_chunk, chunks[0], spec))
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for chunk in chunks[1:]:
-            in_flight.append(pool.submit(_preprocess_chunk, chunk, spec))
+            in_flight.append(pool.submit(preprocess_chunk, chunk, spec))
             if len(in_flight) >= window:
                 yield from in_flight.popleft().result()
         while in_flight:
@@ -143,44 +130,6 @@ def _start_methods() -> list[str]:
     return get_all_start_methods()
 
 
-def write_part(
-    writer: FormatWriter,
-    part: int,
-    results: Iterable[PackedSample | Failure],
-    on_error: str,
-    tick: Callable[[int], None] = lambda n: None,
-) -> PartResult:
-    """Feed one part's results to a fresh part writer; failures become skips (or an error)."""
-    part_writer = writer.open_part(part)
-    skipped: list[dict[str, str]] = []
-    sizes = SizeTally()
-    try:
-        for result in results:
-            if isinstance(result, tuple):
-                _, rel, reason = result
-                if on_error == "fail":
-                    raise ImgpackError(f"{rel}: {reason} (--on-error fail stops at the first bad file)")
-                skipped.append({"path": rel, "reason": reason})
-            else:
-                part_writer.add(result)
-                sizes.add(result)
-            tick(1)
-        shards = part_writer.close()
-    except OSError as exc:
-        part_writer.abort()
-        raise ImgpackError(
-            f"{writer.out}: cannot write the output ({_one_line(exc)}); {disk_hint(writer.out)}"
-        ) from None
-    except BaseException:
-        part_writer.abort()
-        raise
-    return PartResult(part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict()})
-
-
-def _one_line(exc: OSError) -> str:
-    return " ".join((exc.strerror or str(exc)).split())
-
-
 # -- progress and resume -------------------------------------------------------------------------
 
 
@@ -205,16 +154,11 @@ def _load_progress(out: Path, fingerprint: str) -> dict[int, PartResult]:
             f"{out}: the interrupted pack used other sources or options; "
             "re-run with the same ones, or use --force to start over"
         )
-    return {
-        int(p["part"]): PartResult(
-            int(p["part"]), [Shard(**s) for s in p["shards"]], p["skipped"], p.get("extra", {})
-        )
-        for p in data.get("parts", [])
-    }
+    return {int(p["part"]): part_from_dict(p) for p in data.get("parts", [])}
 
 
 def _save_progress(out: Path, fingerprint: str, done: dict[int, PartResult]) -> None:
-    data = {"fingerprint": fingerprint, "parts": [asdict(done[k]) for k in sorted(done)]}
+    data = {"fingerprint": fingerprint, "parts": [part_to_dict(done[k]) for k in sorted(done)]}
     with _writing(out, "progress file"):
         write_atomic(out / PROGRESS_NAME, json.dumps(data))
 
@@ -228,7 +172,7 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
             yield
         except OSError as exc:
             raise ImgpackError(
-                f"{out}: cannot write the {what} ({_one_line(exc)}); {disk_hint(out)}, "
+                f"{out}: cannot write the {what} ({one_line(exc)}); {disk_hint(out)}, "
                 "then re-run with --resume"
             ) from None
 

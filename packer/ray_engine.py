@@ -18,14 +18,13 @@ import shutil
 import socket
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult
 from packer.lifetime import process_alive
+from packer.parts import part_from_dict, part_to_dict, preprocess_chunk, write_part
 from packer.preprocess import PreprocessSpec
 from readers.errors import ImgpackError
-from readers.manifest import Shard
 
 STAGING = ".ray-staging"
 WATCH_EVERY = 8  # samples between checks that the driver still lives
@@ -50,10 +49,8 @@ def _pack_part(
     on_error: str,
     driver: tuple[str, int],
 ) -> dict[str, Any]:
-    from packer.engine import _preprocess_chunk, write_part
-
-    results = _watched(_preprocess_chunk(items, spec), driver)
-    return asdict(write_part(writer, part, results, on_error))
+    results = _watched(preprocess_chunk(items, spec), driver)
+    return part_to_dict(write_part(writer, part, results, on_error))
 
 
 def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
@@ -112,12 +109,7 @@ def run_ray(
                     raise ImgpackError(str(cause).splitlines()[0]) from None
                 raise
             _commit(staged, writer, p)
-            done[p] = PartResult(
-                result["part"],
-                [Shard(**s) for s in result["shards"]],
-                result["skipped"],
-                result.get("extra", {}),
-            )
+            done[p] = part_from_dict(result)
             save()
             bar.update(n)
     finally:
