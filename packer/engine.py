@@ -14,7 +14,6 @@ the parts that did not finish. The manifest is written last, atomically.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from packer.formats import PartResult, writer_class
+from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.lifetime import die_with_parent
 from packer.output import PROGRESS_NAME, check_not_source, open_output, remove_temporaries, replace_output
@@ -39,6 +38,7 @@ from packer.sizes import merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
 from readers.manifest import Manifest, write_atomic, write_manifest
+from readers.remote import is_url
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
@@ -64,7 +64,7 @@ class PackReport:
 
 
 def preprocessed(
-    items: list[SourceItem], spec: PreprocessSpec, workers: int
+    items: list[SourceItem], spec: PreprocessSpec, workers: int, storage_options: dict[str, Any] | None = None
 ) -> Iterator[PackedSample | Failure]:
     """Results for ``items`` in source order, computed by ``workers`` processes.
 
@@ -73,7 +73,7 @@ def preprocessed(
     chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
     if workers <= 1 or not chunks:
         for chunk in chunks:
-            yield from preprocess_chunk(chunk, spec)
+            yield from preprocess_chunk(chunk, spec, storage_options)
         return
     method = "fork" if "fork" in _start_methods() else "spawn"
     pool = ProcessPoolExecutor(
@@ -90,11 +90,11 @@ def preprocessed(
         # initializer has set it to ignore interrupts, so they are held until then.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            in_flight.append(pool.submit(preprocess_chunk, chunks[0], spec))
+            in_flight.append(pool.submit(preprocess_chunk, chunks[0], spec, storage_options))
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for chunk in chunks[1:]:
-            in_flight.append(pool.submit(preprocess_chunk, chunk, spec))
+            in_flight.append(pool.submit(preprocess_chunk, chunk, spec, storage_options))
             if len(in_flight) >= window:
                 yield from in_flight.popleft().result()
         while in_flight:
@@ -182,16 +182,41 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
 # -- the pack ------------------------------------------------------------------------------------
 
 
-def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> None:
+class LocalOutput:
+    """Where a pack's parts go when ``out`` is a local folder: they stay where they are written,
+    and the finished dataset is swapped into ``out``. packer/remote_output.py is the URL twin."""
+
+    remote = False
+
+    def __init__(self, out: Path):
+        self.out = out
+
+    def part_done(self, writer: FormatWriter, result: PartResult) -> PartResult:
+        return result
+
+    def part_intact(self, writer: FormatWriter, result: PartResult) -> bool:
+        return writer.part_intact(result)
+
+    def saved(self, work: Path) -> None:
+        pass
+
+    def finish(self, writer: FormatWriter, results: list[PartResult], classes: list[str]) -> tuple:
+        return writer.finish(results, classes)
+
+    def commit(self, work: Path) -> None:
+        replace_output(work, self.out)
+
+
+def _run_local(writer, parts, spec, workers, on_error, progress, done, save, sink, storage_options) -> None:
     todo = [(p, items) for p, items in parts if p not in done]
     for p, _ in todo:
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    stream = preprocessed([item for _, items in todo for item in items], spec, workers)
+    stream = preprocessed([item for _, items in todo for item in items], spec, workers, storage_options)
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))
-            done[p] = write_part(writer, p, results, on_error, progress.update)
+            done[p] = sink.part_done(writer, write_part(writer, p, results, on_error, progress.update))
             save()
 
 
@@ -209,29 +234,56 @@ def pack_folder(
     resume: bool = False,
     quiet: bool = True,
     ray_address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> PackReport:
-    """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``."""
+    """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``.
+
+    ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
     if on_error not in ("skip", "fail"):
         raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
     workers = max(1, workers or os.cpu_count() or 1)
-    out = Path(out)
-    writer_class(fmt)(out, spec, options)  # option errors before anything is touched
-    scan = src if isinstance(src, SourceScan) else scan_folder(src)
-    check_not_source(scan.root, out)
-    work, lock = open_output(out, force, resume)
+    writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
+    if is_url(out):
+        from packer.remote_output import check_remote_format
+
+        check_remote_format(fmt, str(out))
+    scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
+    sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = (scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started)
-        return _pack_into(work, out, *job)
+        return _pack_into(work, sink, *job, storage_options)
     finally:
         lock.release()
 
 
+def _scan(src: str | os.PathLike, storage_options: dict[str, Any] | None) -> SourceScan:
+    if is_url(src):
+        from packer.remote_source import scan_url
+
+        return scan_url(str(src), storage_options)
+    return scan_folder(src)
+
+
+def _open(scan: SourceScan, out: str | os.PathLike, force: bool, resume: bool, storage_options) -> tuple:
+    """(where parts go, the folder they are written into, the lock held on it)."""
+    if is_url(out):
+        from packer.remote_output import RemoteOutput, same_place
+
+        if same_place(scan.root, out):
+            raise ImgpackError(f"{out}: the output overlaps the source {scan.root}; choose another -o")
+        sink = RemoteOutput(str(out), storage_options)
+        return (sink, *sink.open(force, resume))
+    if not is_url(scan.root):
+        check_not_source(scan.root, Path(out))
+    return (LocalOutput(Path(out)), *open_output(Path(out), force, resume))
+
+
 def _pack_into(
     work: Path,
-    out: Path,
+    sink: Any,
     scan: SourceScan,
     fmt: str,
     spec: PreprocessSpec,
@@ -243,8 +295,10 @@ def _pack_into(
     quiet: bool,
     ray_address: str | None,
     started: float,
+    storage_options: dict[str, Any] | None,
 ) -> PackReport:
-    """The pack proper, into ``work`` (``out`` or its staging sibling), the output lock held."""
+    """The pack proper, into ``work`` (``out``, its staging sibling, or the local staging folder
+    of a URL output), the lock on it held; ``sink`` uploads and commits (LocalOutput, RemoteOutput)."""
     from tqdm import tqdm
 
     writer = writer_class(fmt)(work, spec, options)
@@ -252,25 +306,29 @@ def _pack_into(
     fingerprint = _fingerprint(scan, fmt, spec, options)
     remove_temporaries(work)
     done = _load_progress(work, fingerprint) if resume else {}
-    for p in [p for p, result in done.items() if not writer.part_intact(result)]:
+    for p in [p for p, result in done.items() if not sink.part_intact(writer, result)]:
         del done[p]  # damaged by the interruption: written again
-    _save_progress(work, fingerprint, done)  # from the start: any kill leaves a resumable output
+
+    def save() -> None:
+        _save_progress(work, fingerprint, done)
+        sink.saved(work)
+
+    save()  # from the start: any kill leaves a resumable output
     per_part = writer.samples_per_part(len(scan.items))
     parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]
     remaining = sum(len(items) for p, items in parts if p not in done)
     with tqdm(total=remaining, unit="img", disable=quiet, desc=f"pack {fmt}", dynamic_ncols=True) as bar:
-        save = functools.partial(_save_progress, work, fingerprint, done)
         if engine == "local":
-            _run_local(writer, parts, spec, workers, on_error, bar, done, save)
+            _run_local(writer, parts, spec, workers, on_error, bar, done, save, sink, storage_options)
         elif engine == "ray":
             from packer.ray_engine import run_ray
 
-            run_ray(writer, parts, spec, on_error, bar, done, save, ray_address)
+            run_ray(writer, parts, spec, on_error, bar, done, save, ray_address, sink, storage_options)
         else:
             raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
     results = [done[p] for p, _ in parts]
     with _writing(work, "dataset"):
-        shards, extra = writer.finish(results, scan.classes)
+        shards, extra = sink.finish(writer, results, scan.classes)
     skipped = scan.skipped + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
@@ -284,14 +342,14 @@ def _pack_into(
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
-        extra={**extra, "source": str(scan.root.resolve()), "empty_classes": scan.empty_classes}
+        extra={**extra, "source": _source_name(scan.root), "empty_classes": scan.empty_classes}
         | scan.extra,
     )
     with _writing(work, "manifest"):
         write_manifest(work, manifest)
-    replace_output(work, out)
+    sink.commit(work)
     return PackReport(
-        str(out),
+        str(sink.url if sink.remote else sink.out),
         fmt,
         manifest.num_samples,
         len(skipped),
@@ -303,3 +361,7 @@ def _pack_into(
         skipped,
         (manifest.stored_sizes or {}).get("upscaled"),
     )
+
+
+def _source_name(root: str | os.PathLike) -> str:
+    return str(root) if is_url(root) else str(Path(root).resolve())

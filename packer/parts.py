@@ -8,7 +8,7 @@ file and by Ray tasks (which return plain dicts to the driver).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -20,19 +20,39 @@ from packer.sizes import SizeTally
 from packer.source import SourceItem
 from readers.errors import ImgpackError
 from readers.manifest import Shard
+from readers.remote import is_url
 
 Failure = tuple[int, str, str]  # (source index, relative path, reason)
+BLOCK = 32  # items preprocessed (and, from a URL, read) together inside one task
 
 
-def preprocess_chunk(chunk: list[SourceItem], spec: PreprocessSpec) -> list[PackedSample | Failure]:
-    """Each item preprocessed, or the reason it is skipped, in order."""
+def preprocess_chunk(
+    chunk: list[SourceItem], spec: PreprocessSpec, storage_options: dict[str, Any] | None = None
+) -> list[PackedSample | Failure]:
+    """Each item preprocessed, or the reason it is skipped, in order. Items whose path is a URL
+    are read here, several at once (packer/remote_source.py), with ``storage_options``."""
+    raws: list[bytes | str | None] = [None] * len(chunk)
+    if chunk and is_url(chunk[0].path):
+        from packer.remote_source import read_objects
+
+        raws = list(read_objects([item.path for item in chunk], storage_options))
     out: list[PackedSample | Failure] = []
-    for item in chunk:
+    for item, raw in zip(chunk, raws):
         try:
-            out.append(preprocess_file(item.path, item.rel, item.label, item.index, spec))
+            if isinstance(raw, str):
+                raise SkipSample(raw)
+            out.append(preprocess_file(item.path, item.rel, item.label, item.index, spec, raw))
         except SkipSample as exc:
             out.append((item.index, item.rel, str(exc)))
     return out
+
+
+def preprocess_items(
+    items: list[SourceItem], spec: PreprocessSpec, storage_options: dict[str, Any] | None = None
+) -> Iterator[PackedSample | Failure]:
+    """``preprocess_chunk`` over a whole part, a block at a time, so memory stays bounded."""
+    for start in range(0, len(items), BLOCK):
+        yield from preprocess_chunk(items[start : start + BLOCK], spec, storage_options)
 
 
 def write_part(

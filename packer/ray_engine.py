@@ -16,13 +16,15 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult
 from packer.lifetime import process_alive
-from packer.parts import part_from_dict, part_to_dict, preprocess_chunk, write_part
+from packer.parts import part_from_dict, part_to_dict, preprocess_items, write_part
 from packer.preprocess import PreprocessSpec
 from readers.errors import ImgpackError
 
@@ -48,9 +50,17 @@ def _pack_part(
     spec: PreprocessSpec,
     on_error: str,
     driver: tuple[str, int],
+    sink: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    results = _watched(preprocess_chunk(items, spec), driver)
-    return part_to_dict(write_part(writer, part, results, on_error))
+    """The task: preprocess and write one part (reading URL sources itself); with a remote
+    ``sink``, in a temporary folder on this node, uploaded from here when complete."""
+    results = _watched(preprocess_items(items, spec, storage_options), driver)
+    if sink is None or not sink.remote:
+        return part_to_dict(write_part(writer, part, results, on_error))
+    with tempfile.TemporaryDirectory(prefix="imgpack-part-") as tmp:
+        local = type(writer)(Path(tmp), writer.spec, writer.options)
+        return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error)))
 
 
 def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
@@ -74,6 +84,8 @@ def run_ray(
     done: dict[int, PartResult],
     save: Callable[[], None],
     address: str | None,
+    sink: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     try:
         import ray
@@ -89,12 +101,13 @@ def run_ray(
             configure_logging=False,
         )
     shutil.rmtree(writer.out / STAGING, ignore_errors=True)  # runs of a dead driver
-    staged = _staged_writer(writer)
+    remote = sink is not None and sink.remote
+    staged = writer if remote else _staged_writer(writer)
     driver = (socket.gethostname(), os.getpid())
     try:
         task = ray.remote(_pack_part)
         pending = {
-            task.remote(staged, p, items, spec, on_error, driver): (p, len(items))
+            task.remote(staged, p, items, spec, on_error, driver, sink, storage_options): (p, len(items))
             for p, items in parts
             if p not in done
         }
@@ -108,7 +121,8 @@ def run_ray(
                 if isinstance(cause, ImgpackError):
                     raise ImgpackError(str(cause).splitlines()[0]) from None
                 raise
-            _commit(staged, writer, p)
+            if not remote:  # a remote part was uploaded by its task
+                _commit(staged, writer, p)
             done[p] = part_from_dict(result)
             save()
             bar.update(n)

@@ -1,0 +1,108 @@
+"""An image folder behind an fsspec URL (``s3://bucket/train``, ``gs://...``, ``file://...``).
+
+``scan_url`` lists the prefix once and returns the same ``SourceScan`` as ``scan_folder`` gives
+for the same tree on local disk: classes are the first path component after the prefix, hidden
+names and non-image files are left out the same way, files are ordered by class then by their
+path inside it, so labels and sample indices do not depend on where the tree lives. An item's
+``path`` is the object's URL; its bytes are read later, inside the workers (``read_objects``),
+never by the process that scans.
+
+Credentials and endpoints come from the environment / credential chain or ``storage_options``
+(passed to fsspec unchanged); they are never put into a scan, a manifest or a message.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from packer.source import IMAGE_EXTENSIONS, SourceItem, SourceScan
+from readers.errors import ImgpackError
+from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
+from readers.remote import remote_call, url_fs
+
+READ_THREADS = 8  # objects read at once by one worker process
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def scan_url(url: str, storage_options: dict[str, Any] | None = None) -> SourceScan:
+    """The image folder at ``url`` (``url/<class>/**/<image>``), listed in one pass."""
+    fs, root = url_fs(url, storage_options)
+    root = root.rstrip("/")
+    listing = remote_call(url, "listing the source", fs.find, root, withdirs=True, detail=True)
+    if not listing and not remote_call(url, "listing the source", fs.exists, root):
+        raise ImgpackError(f"{url}: no such folder; give the root of an image folder (root/<class>/<image>)")
+    class_names: set[str] = set()
+    files: dict[str, list[str]] = {}  # class -> paths inside it
+    ignored = 0
+    for path, info in listing.items():
+        parts = path[len(root) :].strip("/").split("/")
+        if len(parts) < 1 or not parts[0] or _hidden(parts[0]):
+            continue
+        if info.get("type") == "directory" or path.endswith("/"):
+            class_names.add(parts[0])
+            continue
+        if len(parts) == 1 or any(_hidden(p) for p in parts[1:-1]):
+            continue  # a file beside the classes, or below a hidden folder: not looked at
+        class_names.add(parts[0])
+        name = parts[-1]
+        if _hidden(name) or not name.lower().endswith(IMAGE_EXTENSIONS):
+            ignored += 1
+            continue
+        files.setdefault(parts[0], []).append("/".join(parts[1:]))
+    classes = sorted(class_names)
+    if not classes:
+        _refuse_packed_dataset(url, listing, root)
+        raise ImgpackError(
+            f"{url}: no class folders found; expected root/<class>/<image> (ImageFolder layout)"
+        )
+    items: list[SourceItem] = []
+    empty: list[str] = []
+    for label, name in enumerate(classes):
+        found = sorted(files.get(name, []))
+        if not found:
+            empty.append(name)
+        for rel in found:
+            url_of = fs.unstrip_protocol(f"{root}/{name}/{rel}")
+            items.append(SourceItem(len(items), url_of, f"{name}/{rel}", label))
+    if not items:
+        _refuse_packed_dataset(url, listing, root)
+        raise ImgpackError(
+            f"{url}: no image files in any class folder (looked for {', '.join(IMAGE_EXTENSIONS)})"
+        )
+    return SourceScan(url.rstrip("/"), classes, items, empty, ignored, [])
+
+
+def _refuse_packed_dataset(url: str, listing: dict[str, Any], root: str) -> None:
+    for marker in (MANIFEST_NAME, PROGRESS_NAME):
+        if f"{root}/{marker}" in listing:
+            raise ImgpackError(
+                f"{url}: this is an imgpack dataset (it has {marker}), not an image folder; "
+                "pack the original image folder instead, or read this one with readers.open_dataset"
+            )
+
+
+def read_objects(urls: list[str], storage_options: dict[str, Any] | None = None) -> list[bytes | str]:
+    """The bytes of each object, read ``READ_THREADS`` at a time; a string (the reason) where an
+    object cannot be read (gone since the scan, or not readable). A failing server raises."""
+    if not urls:
+        return []
+    fs, _ = url_fs(urls[0], storage_options)
+
+    def read(url: str) -> bytes | str:
+        return remote_call(url, "reading", _read_or_reason, fs, url)
+
+    with ThreadPoolExecutor(min(READ_THREADS, len(urls))) as pool:
+        return list(pool.map(read, urls))
+
+
+def _read_or_reason(fs: Any, url: str) -> bytes | str:
+    try:
+        return fs.cat_file(fs._strip_protocol(url))
+    except FileNotFoundError:
+        return "object not found (deleted after the source was listed?); re-run the pack"
+    except PermissionError:
+        return "permission denied; grant read access to the object"
