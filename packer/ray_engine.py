@@ -14,6 +14,7 @@ What holds when the driver dies (kill -9) while tasks run:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -119,7 +120,7 @@ def run_ray(
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.as_instanceof_cause()
                 if isinstance(cause, ImgpackError):
-                    raise ImgpackError(str(cause).splitlines()[0]) from None
+                    raise ImgpackError(_task_message(str(cause))) from None
                 raise
             if not remote:  # a remote part was uploaded by its task
                 _commit(staged, writer, p)
@@ -130,6 +131,17 @@ def run_ray(
         if started_here:
             ray.shutdown()
         shutil.rmtree(writer.out / STAGING, ignore_errors=True)
+
+
+def _task_message(text: str) -> str:
+    """The error's own message out of Ray's rendering of it (a ``ray::task()`` header, the
+    task's traceback, then ``module.Error: message``)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        match = re.match(r"^\s*[\w.]*Error: (.*)$", line)
+        if match:
+            return match.group(1)
+    return lines[0] if lines else text
 
 
 def _staged_writer(writer: FormatWriter) -> FormatWriter:
