@@ -9,6 +9,9 @@ Engines:
 
 Progress is recorded per finished part in ``.imgpack-progress.json``; ``resume=True`` redoes only
 the parts that did not finish. The manifest is written last, atomically.
+
+Source and output may be fsspec URLs: packer/remote_source.py lists a URL source,
+packer/remote_output.py uploads parts to a URL output (``LocalOutput`` below is its local twin).
 """
 
 from __future__ import annotations

@@ -31,11 +31,11 @@ def preprocess_chunk(
 ) -> list[PackedSample | Failure]:
     """Each item preprocessed, or the reason it is skipped, in order. Items whose path is a URL
     are read here, several at once (packer/remote_source.py), with ``storage_options``."""
-    raws: list[bytes | str | None] = [None] * len(chunk)
+    raws: Iterable[bytes | str | None] = [None] * len(chunk)
     if chunk and is_url(chunk[0].path):
         from packer.remote_source import read_objects
 
-        raws = list(read_objects([item.path for item in chunk], storage_options))
+        raws = read_objects([item.path for item in chunk], storage_options)
     out: list[PackedSample | Failure] = []
     for item, raw in zip(chunk, raws):
         try:

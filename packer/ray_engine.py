@@ -1,7 +1,10 @@
 """The Ray engine: one task per part, each preprocessing and writing its own part files.
 
-Workers must see ``out`` at the same path (a shared filesystem on a real cluster). Tasks return
-plain dicts, so nothing but JSON-able data crosses back to the driver.
+With a local ``out``, workers must see it at the same path (a shared filesystem on a real
+cluster). With a URL ``out`` (packer/remote_output.py) nothing is shared: each task writes its
+part in a temporary folder on its own node and uploads it itself, and tasks read URL sources
+themselves, so the driver never handles image bytes. Tasks return plain dicts, so nothing but
+JSON-able data crosses back to the driver.
 
 What holds when the driver dies (kill -9) while tasks run:
 - a task writes its part only below ``OUT/.ray-staging/<run>/``; the driver alone moves a finished

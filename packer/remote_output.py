@@ -172,8 +172,10 @@ class RemoteOutput:
     def clear(self, action: str) -> None:
         """Delete every object below the output (the manifest first) when all of them are ours."""
         self.refuse_foreign(action)
-        names = sorted(self.listing(), key=lambda n: n != MANIFEST_NAME)
-        self.delete(names)
+        names = list(self.listing())
+        if MANIFEST_NAME in names:  # first, on its own: from now on readers see no dataset
+            self.delete([MANIFEST_NAME])
+        self.delete([n for n in names if n != MANIFEST_NAME])
         self._listing = {}
 
     def delete(self, names: list[str]) -> None:
@@ -290,8 +292,7 @@ class RemoteOutput:
         """Upload the manifest (written in ``work``), last; drop the progress file and staging."""
         self.upload([work / MANIFEST_NAME], [MANIFEST_NAME])
         self.delete([PROGRESS_NAME])
-        for entry in list(work.iterdir()):
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        shutil.rmtree(work)  # the lock on it goes with the pack's end
 
 
 def check_remote_format(fmt: str, url: str) -> None:

@@ -13,6 +13,7 @@ Credentials and endpoints come from the environment / credential chain or ``stor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -85,18 +86,20 @@ def _refuse_packed_dataset(url: str, listing: dict[str, Any], root: str) -> None
             )
 
 
-def read_objects(urls: list[str], storage_options: dict[str, Any] | None = None) -> list[bytes | str]:
-    """The bytes of each object, read ``READ_THREADS`` at a time; a string (the reason) where an
-    object cannot be read (gone since the scan, or not readable). A failing server raises."""
+def read_objects(urls: list[str], storage_options: dict[str, Any] | None = None) -> Iterator[bytes | str]:
+    """The bytes of each object, in order, as soon as each has arrived (``READ_THREADS`` reads in
+    flight, so the caller works on one object while the next ones download); a string (the
+    reason) where an object cannot be read (gone since the scan, or not readable). A failing
+    server raises."""
     if not urls:
-        return []
+        return
     fs, _ = url_fs(urls[0], storage_options)
 
     def read(url: str) -> bytes | str:
         return remote_call(url, "reading", _read_or_reason, fs, url)
 
     with ThreadPoolExecutor(min(READ_THREADS, len(urls))) as pool:
-        return list(pool.map(read, urls))
+        yield from pool.map(read, urls)
 
 
 def _read_or_reason(fs: Any, url: str) -> bytes | str:
