@@ -13,6 +13,7 @@ Credentials and endpoints come from the environment / credential chain or ``stor
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -98,8 +99,19 @@ def read_objects(urls: list[str], storage_options: dict[str, Any] | None = None)
     def read(url: str) -> bytes | str:
         return remote_call(url, "reading", _read_or_reason, fs, url)
 
-    with ThreadPoolExecutor(min(READ_THREADS, len(urls))) as pool:
-        yield from pool.map(read, urls)
+    yield from _reader_pool().map(read, urls)
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _reader_pool() -> ThreadPoolExecutor:
+    """This process's reading threads (started once: starting threads per chunk costs more than
+    a small read; a forked worker starts its own)."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        _POOL = (os.getpid(), ThreadPoolExecutor(READ_THREADS, thread_name_prefix="imgpack-read"))
+    return _POOL[1]
 
 
 def _read_or_reason(fs: Any, url: str) -> bytes | str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import urllib.request
 
 import pytest
 
@@ -38,6 +39,9 @@ def s3():
 
         # The region comes from AWS_DEFAULT_REGION: a us-east-1 bucket takes no LocationConstraint.
         options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+        # moto keeps its buckets per Python process, not per server: start each module empty.
+        reset = urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
+        urllib.request.urlopen(reset, timeout=30).close()
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
         fs.mkdir(BUCKET)
         yield fs, options
