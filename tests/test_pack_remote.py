@@ -11,7 +11,9 @@ import time
 from dataclasses import asdict
 
 import pytest
+from click.testing import CliRunner
 
+from packer.cli import main
 from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from packer.remote_source import scan_url
@@ -176,10 +178,10 @@ def test_credentials_never_reach_the_error(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "Traceback" not in text, text
     assert f"s3://{BUCKET}/nowhere" in text and secret not in text and "AKIAEXAMPLE" not in text
-    from click.testing import CliRunner
-
-    from packer.cli import main
-
     bad = CliRunner().invoke(main, ["imagefolder", str(SAMPLE_DATA), "--to", "tar", "-o", str(tmp_path / "x"),
                                     "--storage-options", "[1]"])  # fmt: skip
     assert bad.exit_code == 2 and "not a JSON object" in bad.output
+    (tmp_path / "options.json").write_text("[1]")
+    bad = CliRunner().invoke(main, ["imagefolder", str(SAMPLE_DATA), "--to", "tar", "-o", str(tmp_path / "x"),
+                                    "--storage-options", f"@{tmp_path / 'options.json'}"])  # fmt: skip
+    assert bad.exit_code == 2 and "options.json: not a JSON object" in bad.output
