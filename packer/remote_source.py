@@ -34,22 +34,25 @@ def scan_url(url: str, storage_options: dict[str, Any] | None = None) -> SourceS
     """The image folder at ``url`` (``url/<class>/**/<image>``), listed in one pass."""
     fs, root = url_fs(url, storage_options)
     root = root.rstrip("/")
-    listing = remote_call(url, "listing the source", fs.find, root, withdirs=True, detail=True)
+    # Names only (not fsspec's info dicts): a listing of millions of objects stays a list of str.
+    listing = remote_call(url, "listing the source", fs.find, root)
+    top = remote_call(url, "listing the source", fs.ls, root, detail=True) if listing else []
     if not listing and not remote_call(url, "listing the source", fs.exists, root):
         raise ImgpackError(f"{url}: no such folder; give the root of an image folder (root/<class>/<image>)")
-    class_names: set[str] = set()
+    # Folders below the root are classes even when empty (S3: a "folder/" marker object).
+    class_names = {
+        info["name"].rstrip("/").rsplit("/", 1)[-1] for info in top if info.get("type") == "directory"
+    }
+    class_names = {name for name in class_names if not _hidden(name)}
     files: dict[str, list[str]] = {}  # class -> paths inside it
     ignored = 0
-    for path, info in listing.items():
+    for path in listing:
         parts = path[len(root) :].strip("/").split("/")
-        if len(parts) < 1 or not parts[0] or _hidden(parts[0]):
-            continue
-        if info.get("type") == "directory" or path.endswith("/"):
-            class_names.add(parts[0])
-            continue
-        if len(parts) == 1 or any(_hidden(p) for p in parts[1:-1]):
-            continue  # a file beside the classes, or below a hidden folder: not looked at
+        if not parts[0] or _hidden(parts[0]) or len(parts) == 1 or path.endswith("/"):
+            continue  # hidden, a file beside the classes, or a folder marker
         class_names.add(parts[0])
+        if any(_hidden(p) for p in parts[1:-1]):
+            continue  # below a hidden folder: not looked at
         name = parts[-1]
         if _hidden(name) or not name.lower().endswith(IMAGE_EXTENSIONS):
             ignored += 1
@@ -78,7 +81,7 @@ def scan_url(url: str, storage_options: dict[str, Any] | None = None) -> SourceS
     return SourceScan(url.rstrip("/"), classes, items, empty, ignored, [])
 
 
-def _refuse_packed_dataset(url: str, listing: dict[str, Any], root: str) -> None:
+def _refuse_packed_dataset(url: str, listing: list[str], root: str) -> None:
     for marker in (MANIFEST_NAME, PROGRESS_NAME):
         if f"{root}/{marker}" in listing:
             raise ImgpackError(

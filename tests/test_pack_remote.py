@@ -42,7 +42,9 @@ def source(s3, tmp_path_factory):
     (root / ".trash").mkdir()
     (root / ".trash" / "a.jpg").write_bytes(b"x")
     (root / "README.txt").write_text("beside the classes")
+    (root / "zz_empty").mkdir()
     fs.put(str(root) + "/", f"{BUCKET}/src", recursive=True)
+    fs.pipe_file(f"{BUCKET}/src/zz_empty/", b"")  # how a bucket holds an empty folder
     return root, f"s3://{BUCKET}/src"
 
 
@@ -89,7 +91,7 @@ def test_remote_scan_equals_the_local_scan(source, s3):
     assert [(i.index, i.rel, i.label) for i in remote.items] == [
         (i.index, i.rel, i.label) for i in local.items
     ]
-    assert (remote.ignored, remote.empty_classes) == (local.ignored, local.empty_classes) == (2, [])
+    assert (remote.ignored, remote.empty_classes) == (local.ignored, local.empty_classes) == (2, ["zz_empty"])
     assert remote.items[0].path == f"{url}/{remote.items[0].rel}"
 
 
