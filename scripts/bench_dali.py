@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from packer.bench.harness import EpochTimes, time_epoch  # noqa: E402
 from readers.dali import DaliUnavailableError, dali_loader, select_path  # noqa: E402
 
 BENCH = Path("/tmp/imgpack-bench")
@@ -66,22 +67,18 @@ def measure(path: Path, name: str, args: argparse.Namespace) -> dict:
     )
     sync = torch.cuda.synchronize if name == "dali-gpu" else (lambda: None)
 
-    def epoch(e: int) -> int:
+    def epoch(e: int):
         loader.set_epoch(e)
-        count = 0
-        for images, _ in loader:
-            count += len(images)
-        sync()
-        return count
+        yield from loader
+        sync()  # the GPU's queued work belongs to the epoch
 
-    t0 = time.perf_counter()
-    epoch(0)  # warm-up: pipeline build, worker start, page cache
-    first = time.perf_counter() - t0
-    images, epochs, start = 0, 0, time.perf_counter()
-    while epochs == 0 or time.perf_counter() - start < args.seconds:
-        epochs += 1
-        images += epoch(epochs)
-    seconds = time.perf_counter() - start
+    times = EpochTimes()
+    started = time.perf_counter()
+    time_epoch(epoch(0), times, started)  # warm-up: pipeline build, worker start, page cache
+    first = time.perf_counter() - started
+    while len(times.seconds) == 1 or sum(times.seconds[1:]) < args.seconds:
+        time_epoch(epoch(len(times.seconds)), times, started)
+    images, epochs, seconds = sum(times.images[1:]), len(times.seconds) - 1, sum(times.seconds[1:])
     return {
         "path": name,
         "images_per_s": round(images / seconds, 1),

@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from packer.bench.harness import run_measured  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
-from scripts.proctree import run_measured  # noqa: E402
 
 
 def naive_pack(src: Path, out: Path, size: int = 256) -> int:
@@ -81,11 +81,15 @@ def main() -> int:
     for name in args.only.split(","):
         out = args.work / name
         shutil.rmtree(out, ignore_errors=True)
-        seconds, peak, _ = run_measured(runs[name](out), env=env)
+        run = run_measured(runs[name](out), env=env)
+        seconds, peak = run.seconds, run.peak_rss_bytes
         images = sum(1 for _ in Path(src).rglob("*.jpg"))
+        pss = run.peak_pss_bytes and run.peak_pss_bytes / 1e6
         results[name] = {"seconds": seconds, "images_per_s": images / seconds, "peak_rss_mb": peak / 1e6}
+        results[name]["peak_pss_mb"] = pss
         print(
-            f"{name:9s} {seconds:7.1f} s {images / seconds:8.0f} img/s  peak tree RSS {peak / 1e6:6.0f} MB",
+            f"{name:9s} {seconds:7.1f} s {images / seconds:8.0f} img/s  peak tree RSS {peak / 1e6:6.0f} MB"
+            f"  PSS {pss or float('nan'):6.0f} MB",
             flush=True,
         )
     if "naive" in results:

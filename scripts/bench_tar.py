@@ -30,6 +30,8 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from packer.bench.harness import EpochTimes, time_epoch  # noqa: E402
+
 SIZE = 256
 BATCH = 64
 WORKERS = 2
@@ -134,17 +136,19 @@ def imgpack_loader(root: Path, shuffle: bool) -> DataLoader:
     return DataLoader(it, batch_size=None, num_workers=WORKERS)
 
 
+def checked_count(batch) -> int:
+    images, labels = batch
+    assert images.dtype == torch.uint8 and images.shape[1:] == (SIZE, SIZE, 3), images.shape
+    return len(labels)
+
+
 def epoch_rate(make_loader, root: Path, shuffle: bool, epochs: int) -> tuple[float, int]:
-    rates = []
-    for _ in range(epochs + 1):  # the first epoch warms the page cache and imports
-        loader = make_loader(root, shuffle)
-        started = time.perf_counter()
-        n = 0
-        for images, labels in loader:
-            assert images.dtype == torch.uint8 and images.shape[1:] == (SIZE, SIZE, 3)
-            n += len(labels)
-        rates.append(n / (time.perf_counter() - started))
-    return statistics.median(rates[1:]), n
+    """Median img/s over ``epochs`` epochs, each with a new loader, after one warm-up epoch (page
+    cache, imports); and the images of the last epoch."""
+    times = EpochTimes()
+    for _ in range(epochs + 1):
+        time_epoch(make_loader(root, shuffle), times, time.perf_counter(), checked_count)
+    return times.median, times.images[-1]
 
 
 def main() -> None:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -26,6 +24,8 @@ import numpy as np  # noqa: E402
 import simplejpeg  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
+
+from packer.bench.harness import take_turns  # noqa: E402
 
 BATCH = 64
 WORKERS = 2
@@ -75,18 +75,6 @@ def tfrecord_package_loader(root: Path) -> DataLoader:
     return DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=_collate, persistent_workers=True)
 
 
-def rates(loaders: dict[str, DataLoader], epochs: int) -> dict[str, float]:
-    seen: dict[str, list[float]] = {name: [] for name in loaders}
-    for epoch in range(epochs + 1):
-        for name, loader in loaders.items():
-            started, count = time.perf_counter(), 0
-            for images, _ in loader:
-                count += len(images)
-            if epoch:
-                seen[name].append(count / (time.perf_counter() - started))
-    return {name: statistics.median(r) for name, r in seen.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", type=Path, required=True, help="an image folder (make_bench_data.py)")
@@ -104,7 +92,7 @@ def main() -> None:
         }
         if encode == "jpeg":
             loaders["tfrecord package + simplejpeg"] = tfrecord_package_loader(tfr)
-        measured = rates(loaders, args.epochs)
+        measured = {name: times.median for name, times in take_turns(loaders, args.epochs).items()}
         base = measured["imgpack tfrecord"]
         for name, rate in measured.items():
             print(f"{encode:5s} {name:36s} {rate:9.0f} img/s  {rate / base:5.2f}x imgpack tfrecord")

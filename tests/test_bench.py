@@ -16,12 +16,13 @@ from PIL import Image
 from packer.bench import (
     BASELINE_NAME,
     BenchReport,
+    ImageFolderBaseline,
     MemorySampler,
     Settings,
     run_bench,
 )
-from packer.bench_baseline import ImageFolderBaseline
-from packer.bench_report import format_markdown, format_text, plot_report
+from packer.bench.plot import plot_report
+from packer.bench.report import format_markdown, format_text
 from packer.cli import main
 from readers import open_dataset
 from readers.manifest import read_manifest

@@ -1,0 +1,169 @@
+"""The contenders ``pack bench`` reads, and how: what each target is, and its loader.
+
+Read paths, named in every result:
+- ``batch``: ``open_iterable(batch_size=B)`` with ``DataLoader(batch_size=None)``; workers
+  assemble whole batches (packed data whose images all have one size, decode=tensor);
+- ``sample+stack``: per-sample items collated by the DataLoader into one stacked tensor;
+- ``sample+list``: per-sample items, a batch is a list (images of different sizes, or bytes/PIL);
+- ``dali``: ``readers.dali.dali_loader``.
+
+The baseline is what a torchvision user without packing runs: a map-style dataset over the
+image folder that opens each file with Pillow, converts it, resizes and centre-crops it to the
+packed data's output (the first dataset's manifest ``preprocess``) on the fly
+(``packer.bench.baseline``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from packer.bench.baseline import ImageFolderBaseline, collate_list
+from packer.bench.harness import BenchError, folder_bytes
+from packer.bench.model import DatasetInfo, Settings, Target
+from packer.preprocess import PreprocessSpec
+from packer.source import scan_folder
+from readers.manifest import read_manifest
+
+
+def fixed_size(preprocess: dict[str, Any] | None) -> tuple[int, int] | None:
+    if not preprocess or preprocess.get("encode") == "original":
+        return None
+    return PreprocessSpec.from_dict(preprocess).fixed_size
+
+
+def describe(target: Target, settings: Settings) -> DatasetInfo:
+    """Size on disk, sample count and the read path a target will use."""
+    if target.kind == "baseline":
+        scan = scan_folder(target.path)
+        disk = sum(os.stat(item.path).st_size for item in scan.items)
+        n = len(scan.items)
+        size = fixed_size(target.preprocess) if settings.augment == "none" else (settings.augment_size,) * 2
+        read_path = "sample+stack" if size and settings.decode in ("tensor", "numpy") else "sample+list"
+        fmt, encoding = "imagefolder", "original"
+    else:
+        manifest = read_manifest(target.path)
+        disk = folder_bytes(target.path)
+        n = manifest.num_samples
+        size = fixed_size(manifest.preprocess) if settings.augment == "none" else (settings.augment_size,) * 2
+        fmt, encoding = manifest.format, manifest.encoding
+        if target.kind == "dali":
+            read_path = "dali"
+        elif size and settings.decode == "tensor":
+            read_path = "batch"
+        else:
+            read_path = "sample+stack" if size and settings.decode == "numpy" else "sample+list"
+    return DatasetInfo(
+        name=target.name,
+        kind=target.kind,
+        format=fmt,
+        path=str(target.path),
+        encoding=encoding,
+        num_samples=n,
+        disk_bytes=disk,
+        bytes_per_image=disk / max(1, n),
+        read_path=read_path,
+        output_size=list(size) if size else None,
+    )
+
+
+def dali_module() -> Any:
+    """``readers.dali`` with its ``dali_loader``, or a ``BenchError`` saying how to do without."""
+    try:
+        module = importlib.import_module("readers.dali")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("readers.dali", "readers"):
+            raise
+        module = None
+    if module is None or not hasattr(module, "dali_loader"):
+        raise BenchError(
+            "--dali needs readers.dali.dali_loader (the DALI reader), which this imgpack install "
+            "does not have; update imgpack or drop --dali"
+        )
+    return module
+
+
+def open_loader(
+    target: Target, info: DatasetInfo, workers: int, settings: Settings
+) -> tuple[Any, Callable[[int], None]]:
+    """(loader, set_epoch) for one target, on the read path ``info`` names."""
+    from torch.utils.data import DataLoader
+
+    extra = {"persistent_workers": True} if workers > 0 else {}
+    if target.kind == "dali":
+        loader_fn = dali_module().dali_loader
+        kwargs: dict[str, Any] = {"shuffle": True, "seed": settings.seed, **settings.read_options()}
+        if "num_threads" in inspect.signature(loader_fn).parameters:
+            kwargs["num_threads"] = max(1, workers)
+        loader = loader_fn(target.path, settings.batch_size, **kwargs)
+        return loader, getattr(loader, "set_epoch", lambda epoch: None)
+    collate = None if info.read_path == "sample+stack" else collate_list
+    if target.kind == "baseline":
+        from readers.dataset import DeterministicSampler
+
+        dataset = ImageFolderBaseline(
+            target.path, target.preprocess, settings.decode, **settings.read_options()
+        )
+        sampler = DeterministicSampler(len(dataset), shuffle=True, seed=settings.seed)
+        loader = DataLoader(
+            dataset,
+            batch_size=settings.batch_size,
+            sampler=sampler,
+            num_workers=workers,
+            collate_fn=collate,
+            **extra,
+        )
+        return loader, sampler.set_epoch
+    from readers.iterable import open_iterable
+
+    options = {"shuffle": True, "seed": settings.seed, **settings.read_options()}
+    if info.read_path == "batch":
+        it = open_iterable(target.path, batch_size=settings.batch_size, **options)
+        loader = DataLoader(it, batch_size=None, num_workers=workers, **extra)
+    else:
+        it = open_iterable(target.path, decode=settings.decode, **options)
+        loader = DataLoader(
+            it, batch_size=settings.batch_size, num_workers=workers, collate_fn=collate, **extra
+        )
+    return loader, it.set_epoch
+
+
+def _reads_per_second(dataset: Any, indices: list[int]) -> float:
+    dataset[indices[-1]]  # open handles untimed
+    start = time.perf_counter()
+    for i in indices:
+        dataset[i]
+    elapsed = time.perf_counter() - start
+    return len(indices) / elapsed if elapsed > 0 else 0.0
+
+
+def measure_random_access(target: Target, settings: Settings) -> dict[str, Any] | None:
+    """Map-style reads per second at random indices: raw bytes, and decoded."""
+    if target.kind == "dali" or settings.random_reads == 0:
+        return None
+    decoded = settings.decode if settings.decode != "bytes" else "numpy"
+    if target.kind == "baseline":
+
+        def make(kind: str) -> Any:
+            return ImageFolderBaseline(target.path, target.preprocess, kind)
+    else:
+        from readers.dataset import open_dataset
+
+        def make(kind: str) -> Any:
+            return open_dataset(target.path, decode=kind)
+
+    n = len(make("bytes"))
+    rng = np.random.default_rng(settings.seed)
+    indices = rng.choice(n, size=min(n, settings.random_reads), replace=False).tolist()
+    return {
+        "reads": len(indices),
+        "bytes_per_s": _reads_per_second(make("bytes"), indices),
+        "decoded_per_s": _reads_per_second(make(decoded), indices),
+        "decoded_kind": decoded,
+    }
