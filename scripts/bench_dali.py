@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from packer.bench.harness import EpochTimes, time_epoch  # noqa: E402
+from packer.bench.prepare import ensure_packed  # noqa: E402
 from readers.dali import DaliUnavailableError, dali_loader, select_path  # noqa: E402
+from scripts.make_bench_data import make_bench_folder  # noqa: E402
 
 BENCH = Path("/tmp/imgpack-bench")
 MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
@@ -32,20 +33,12 @@ PATHS = {"dali-gpu": "gpu", "dali-cpu": "cpu", "dataloader": "dataloader"}
 
 
 def prepare(n: int, quiet: bool) -> Path:
-    """The packed LMDB input (made once: source folder via make_bench_data.py, then pack)."""
-    src = BENCH / f"n{n}"
-    out = BENCH / "dali" / f"n{n}-r256.lmdb"
-    if (out / "manifest.json").exists():
-        return out
-    run = dict(check=True, cwd=REPO, stdout=subprocess.DEVNULL if quiet else None)
-    subprocess.run([sys.executable, "scripts/make_bench_data.py", "--n", str(n), "--out", str(src)], **run)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "packer.cli", "imagefolder", str(src), "-o", str(out)]
-        + ["--to", "lmdb", "--resize", "256", "--workers", str(os.cpu_count() or 1), "--quiet"],
-        **run,
-    )
-    return out
+    """The packed LMDB input (made once: a make_bench_data.py folder, packed at --resize 256)."""
+    from packer.preprocess import PreprocessSpec
+
+    src = make_bench_folder(BENCH / f"n{n}", n, verbose=not quiet)
+    spec = PreprocessSpec(resize=256)
+    return ensure_packed(src, BENCH / "dali" / f"n{n}-r256.lmdb", "lmdb", spec, workers=os.cpu_count() or 1)
 
 
 def measure(path: Path, name: str, args: argparse.Namespace) -> dict:

@@ -64,7 +64,7 @@ DESIGN_FFCV = {
 
 # -- data preparation (product venv) -----------------------------------------------------------
 def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> dict[str, dict[str, str]]:
-    from packer.engine import pack_folder
+    from packer.bench.prepare import ensure_packed
     from packer.preprocess import PreprocessSpec
 
     paths: dict[str, dict[str, str]] = {}
@@ -73,9 +73,7 @@ def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> d
         "W_raw": PreprocessSpec(resize=256, crop=CROP, encode="raw"),
     }
     for workload, spec in specs.items():
-        lmdb_path = out / f"{workload}.lmdb"
-        if not (lmdb_path / "manifest.json").exists():
-            pack_folder(src, lmdb_path, "lmdb", spec, workers=2, force=True)
+        lmdb_path = ensure_packed(src, out / f"{workload}.lmdb", "lmdb", spec)
         tar_dir = out / f"{workload}-wds"
         if not (tar_dir / "done").exists():
             write_webdataset(lmdb_path, tar_dir, shards)

@@ -10,7 +10,6 @@ encode, `pickle.dumps((jpeg_bytes, label))` into LMDB, a commit every 1,000 imag
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import pickle  # the naive baseline only; imgpack itself never pickles
@@ -27,7 +26,8 @@ from scripts.make_bench_data import make_bench_folder  # noqa: E402
 
 def naive_pack(src: Path, out: Path, size: int = 256) -> int:
     import lmdb
-    from PIL import Image
+
+    from packer.bench.prepare import naive_jpeg
 
     classes = sorted(p.name for p in src.iterdir() if p.is_dir())
     env = lmdb.open(str(out), map_size=1 << 40)
@@ -35,12 +35,8 @@ def naive_pack(src: Path, out: Path, size: int = 256) -> int:
     n = 0
     for label, name in enumerate(classes):
         for path in sorted((src / name).iterdir()):
-            img = Image.open(path).convert("RGB")
-            scale = size / min(img.size)
-            img = img.resize((round(img.width * scale), round(img.height * scale)))
-            buffer = io.BytesIO()
-            img.save(buffer, format="JPEG", quality=90)
-            txn.put(f"{n:08d}".encode(), pickle.dumps((buffer.getvalue(), label)))
+            jpeg = naive_jpeg(path, size)
+            txn.put(f"{n:08d}".encode(), pickle.dumps((jpeg, label)))
             n += 1
             if n % 1000 == 0:
                 txn.commit()

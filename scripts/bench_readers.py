@@ -30,7 +30,7 @@ import simplejpeg  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from packer.bench.harness import MemorySampler, time_epochs  # noqa: E402
-from packer.engine import pack_folder  # noqa: E402
+from packer.bench.prepare import ensure_packed  # noqa: E402
 from packer.preprocess import PreprocessSpec  # noqa: E402
 from readers import DeterministicSampler, open_dataset, open_iterable  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
@@ -85,9 +85,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     src = make_bench_folder(Path(f"/tmp/imgpack-bench/n{args.n}"), args.n)
-    out = Path(f"/tmp/imgpack-bench/readers/lmdb{args.n}")
-    if not (out / "manifest.json").exists():
-        pack_folder(src, out, "lmdb", PreprocessSpec(resize=256), workers=2, force=True)
+    out = ensure_packed(src, f"/tmp/imgpack-bench/readers/lmdb{args.n}", "lmdb", PreprocessSpec(resize=256))
     ds = open_dataset(out, decode="bytes")
     blobs = [ds[i][0] for i in range(len(ds))]
     limit = decode_limit(blobs, args.workers)

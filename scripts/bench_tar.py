@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import resource
@@ -55,6 +54,8 @@ def pack_webdataset(src: Path, out: Path, per_shard: int) -> float:
     """What a user would write by hand: one process, Pillow all the way, ShardWriter."""
     import webdataset as wds
 
+    from packer.bench.prepare import naive_jpeg
+
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     started = time.perf_counter()
@@ -63,15 +64,8 @@ def pack_webdataset(src: Path, out: Path, per_shard: int) -> float:
         index = 0
         for label, name in enumerate(classes):
             for path in sorted((src / name).iterdir()):
-                with Image.open(path) as img:
-                    img = img.convert("RGB")
-                    scale = SIZE / min(img.size)
-                    img = img.resize((round(img.width * scale), round(img.height * scale)), Image.BILINEAR)
-                    left, top = (img.width - SIZE) // 2, (img.height - SIZE) // 2
-                    img = img.crop((left, top, left + SIZE, top + SIZE))
-                    buffer = io.BytesIO()
-                    img.save(buffer, format="JPEG", quality=90)
-                sink.write({"__key__": f"s{index:09d}", "jpg": buffer.getvalue(), "cls": label})
+                jpeg = naive_jpeg(path, SIZE, SIZE, Image.BILINEAR)
+                sink.write({"__key__": f"s{index:09d}", "jpg": jpeg, "cls": label})
                 index += 1
     return time.perf_counter() - started
 

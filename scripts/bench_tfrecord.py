@@ -26,20 +26,17 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from packer.bench.harness import take_turns  # noqa: E402
+from packer.bench.prepare import ensure_packed  # noqa: E402
 
 BATCH = 64
 WORKERS = 2
 
 
 def pack(src: Path, out: Path, fmt: str, encode: str) -> Path:
-    from packer.engine import pack_folder
     from packer.preprocess import PreprocessSpec
 
-    target = out / f"{fmt}-{encode}"
-    if not (target / "manifest.json").exists():
-        spec = PreprocessSpec(resize=256, crop=224, encode=encode)
-        pack_folder(src, target, fmt, spec, workers=2, options={"samples_per_shard": 1000}, force=True)
-    return target
+    spec = PreprocessSpec(resize=256, crop=224, encode=encode)
+    return ensure_packed(src, out / f"{fmt}-{encode}", fmt, spec, options={"samples_per_shard": 1000})
 
 
 def imgpack_loader(root: Path, check_crc: bool = True) -> DataLoader:
