@@ -155,9 +155,8 @@ def centre_crop_chw(image, size: int = CROP):
 
 
 def imgpack_loader(name: str, workload: str, paths: dict, workers: int, batch: int):
-    from torch.utils.data import DataLoader
-
-    from readers import RandomResizedCrop, open_iterable
+    from packer.bench.contenders import baseline_path, batch_path, sample_path
+    from readers import RandomResizedCrop
 
     path = paths[workload]["lmdb"]
     crop = CROP if workload == "W_jpeg" else None
@@ -165,20 +164,14 @@ def imgpack_loader(name: str, workload: str, paths: dict, workers: int, batch: i
 
     def build():
         if name == "imagefolder":
-            from packer.bench.baseline import ImageFolderBaseline
-
-            dataset = ImageFolderBaseline(paths[workload]["src"], None, "tensor", **train)
-            return DataLoader(
-                dataset, batch_size=batch, shuffle=True, num_workers=workers, persistent_workers=True
-            )
+            return baseline_path(paths[workload]["src"], None, "tensor", batch, workers, **train)[0]
         if name == "imgpack-batch":
             # fast_dct: libjpeg-turbo's fast integer IDCT, the setting FFCV always uses.
             options = train or {"crop": crop}
-            it = open_iterable(path, shuffle=True, seed=0, batch_size=batch, fast_dct=True, **options)
-            return DataLoader(it, batch_size=None, num_workers=workers, persistent_workers=True)
+            return batch_path(path, batch, workers, shuffle=True, seed=0, fast_dct=True, **options)[0]
         transform = centre_crop_chw if crop else None
-        it = open_iterable(path, shuffle=True, seed=0, decode="tensor", transform=transform, **train)
-        return DataLoader(it, batch_size=batch, num_workers=workers, persistent_workers=True)
+        options = {"shuffle": True, "seed": 0, "decode": "tensor", "transform": transform, **train}
+        return sample_path(path, batch, workers, **options)[0]
 
     return build
 

@@ -29,10 +29,12 @@ sys.path.insert(0, str(REPO))
 import simplejpeg  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from packer.bench.baseline import collate_list  # noqa: E402
+from packer.bench.contenders import batch_path, sample_path  # noqa: E402
 from packer.bench.harness import MemorySampler, time_epochs  # noqa: E402
 from packer.bench.prepare import ensure_packed  # noqa: E402
 from packer.preprocess import PreprocessSpec  # noqa: E402
-from readers import DeterministicSampler, open_dataset, open_iterable  # noqa: E402
+from readers import DeterministicSampler, open_dataset  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
 
 _BLOBS: list[bytes] = []
@@ -91,19 +93,9 @@ def main() -> int:
     limit = decode_limit(blobs, args.workers)
     print(f"decode limit ({args.workers} processes): {limit:8.0f} img/s")
 
-    def keep_list(batch):
-        return batch
-
     def per_sample():
-        it = open_iterable(out, shuffle=True, seed=0, decode=args.decode)
-        loader = DataLoader(
-            it,
-            batch_size=args.batch_size,
-            num_workers=args.workers,
-            collate_fn=keep_list,
-            persistent_workers=True,
-        )
-        return loader, it.set_epoch
+        options = {"shuffle": True, "seed": 0, "decode": args.decode}
+        return sample_path(out, args.batch_size, args.workers, collate_list, **options)
 
     def map_style():
         mapped = open_dataset(out, decode=args.decode)
@@ -114,15 +106,12 @@ def main() -> int:
             batch_size=args.batch_size,
             sampler=sampler,
             num_workers=args.workers,
-            collate_fn=keep_list,
+            collate_fn=collate_list,
         )
         return loader, sampler.set_epoch
 
     def batches():
-        it = open_iterable(out, shuffle=True, seed=0, batch_size=args.batch_size, crop=224)
-        return DataLoader(
-            it, batch_size=None, num_workers=args.workers, persistent_workers=True
-        ), it.set_epoch
+        return batch_path(out, args.batch_size, args.workers, shuffle=True, seed=0, crop=224)
 
     iterable = measured(per_sample, args.epochs)
     map_style_ = measured(map_style, args.epochs)

@@ -29,6 +29,7 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from packer.bench.contenders import batch_path  # noqa: E402
 from packer.bench.harness import EpochTimes, time_epoch  # noqa: E402
 
 SIZE = 256
@@ -124,10 +125,7 @@ def webdataset_loader(root: Path, shuffle: bool) -> DataLoader:
 
 
 def imgpack_loader(root: Path, shuffle: bool) -> DataLoader:
-    from readers import open_iterable
-
-    it = open_iterable(root, shuffle=shuffle, seed=0, batch_size=BATCH, layout="HWC")
-    return DataLoader(it, batch_size=None, num_workers=WORKERS)
+    return batch_path(root, BATCH, WORKERS, shuffle=shuffle, seed=0, layout="HWC")[0]
 
 
 def checked_count(batch) -> int:

@@ -25,6 +25,7 @@ import simplejpeg  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from packer.bench.contenders import batch_path  # noqa: E402
 from packer.bench.harness import take_turns  # noqa: E402
 from packer.bench.prepare import ensure_packed  # noqa: E402
 
@@ -40,11 +41,8 @@ def pack(src: Path, out: Path, fmt: str, encode: str) -> Path:
 
 
 def imgpack_loader(root: Path, check_crc: bool = True) -> DataLoader:
-    from readers import open_iterable
-
     options = {"check_crc": False} if not check_crc else None
-    it = open_iterable(root, shuffle=False, batch_size=BATCH, layout="HWC", reader_options=options)
-    return DataLoader(it, batch_size=None, num_workers=WORKERS, persistent_workers=True)
+    return batch_path(root, BATCH, WORKERS, shuffle=False, layout="HWC", reader_options=options)[0]
 
 
 def _decode(example: dict) -> tuple[np.ndarray, int]:

@@ -89,13 +89,70 @@ def dali_module() -> Any:
     return module
 
 
-def open_loader(
-    target: Target, info: DatasetInfo, workers: int, settings: Settings
-) -> tuple[Any, Callable[[int], None]]:
-    """(loader, set_epoch) for one target, on the read path ``info`` names."""
+Loader = tuple[Any, Callable[[int], None]]  # (loader, set_epoch)
+
+
+def _persistent(workers: int) -> dict[str, Any]:
+    return {"persistent_workers": True} if workers > 0 else {}
+
+
+def batch_path(path: str | os.PathLike, batch_size: int, workers: int, **read_options: Any) -> Loader:
+    """The batch path: ``open_iterable(batch_size=B)``, workers assemble whole batches, the
+    DataLoader passes them on (``batch_size=None``)."""
     from torch.utils.data import DataLoader
 
-    extra = {"persistent_workers": True} if workers > 0 else {}
+    from readers.iterable import open_iterable
+
+    it = open_iterable(path, batch_size=batch_size, **read_options)
+    return DataLoader(it, batch_size=None, num_workers=workers, **_persistent(workers)), it.set_epoch
+
+
+def sample_path(
+    path: str | os.PathLike, batch_size: int, workers: int, collate: Any = None, **read_options: Any
+) -> Loader:
+    """The per-sample path: ``open_iterable`` items batched by the DataLoader (``collate``:
+    None stacks them, ``collate_list`` keeps a list)."""
+    from torch.utils.data import DataLoader
+
+    from readers.iterable import open_iterable
+
+    it = open_iterable(path, **read_options)
+    loader = DataLoader(
+        it, batch_size=batch_size, num_workers=workers, collate_fn=collate, **_persistent(workers)
+    )
+    return loader, it.set_epoch
+
+
+def baseline_path(
+    root: str | os.PathLike,
+    preprocess: dict[str, Any] | None,
+    decode: str,
+    batch_size: int,
+    workers: int,
+    seed: int = 0,
+    collate: Any = None,
+    **augment: Any,
+) -> Loader:
+    """The image folder read like torchvision's ImageFolder, shuffled in imgpack's order."""
+    from torch.utils.data import DataLoader
+
+    from readers.dataset import DeterministicSampler
+
+    dataset = ImageFolderBaseline(root, preprocess, decode, **augment)
+    sampler = DeterministicSampler(len(dataset), shuffle=True, seed=seed)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=workers,
+        collate_fn=collate,
+        **_persistent(workers),
+    )
+    return loader, sampler.set_epoch
+
+
+def open_loader(target: Target, info: DatasetInfo, workers: int, settings: Settings) -> Loader:
+    """(loader, set_epoch) for one target, on the read path ``info`` names."""
     if target.kind == "dali":
         loader_fn = dali_module().dali_loader
         kwargs: dict[str, Any] = {"shuffle": True, "seed": settings.seed, **settings.read_options()}
@@ -104,34 +161,14 @@ def open_loader(
         loader = loader_fn(target.path, settings.batch_size, **kwargs)
         return loader, getattr(loader, "set_epoch", lambda epoch: None)
     collate = None if info.read_path == "sample+stack" else collate_list
+    batch, options = settings.batch_size, settings.read_options()
     if target.kind == "baseline":
-        from readers.dataset import DeterministicSampler
-
-        dataset = ImageFolderBaseline(
-            target.path, target.preprocess, settings.decode, **settings.read_options()
-        )
-        sampler = DeterministicSampler(len(dataset), shuffle=True, seed=settings.seed)
-        loader = DataLoader(
-            dataset,
-            batch_size=settings.batch_size,
-            sampler=sampler,
-            num_workers=workers,
-            collate_fn=collate,
-            **extra,
-        )
-        return loader, sampler.set_epoch
-    from readers.iterable import open_iterable
-
-    options = {"shuffle": True, "seed": settings.seed, **settings.read_options()}
+        pre, decode, seed = target.preprocess, settings.decode, settings.seed
+        return baseline_path(target.path, pre, decode, batch, workers, seed, collate, **options)
+    options.update(shuffle=True, seed=settings.seed)
     if info.read_path == "batch":
-        it = open_iterable(target.path, batch_size=settings.batch_size, **options)
-        loader = DataLoader(it, batch_size=None, num_workers=workers, **extra)
-    else:
-        it = open_iterable(target.path, decode=settings.decode, **options)
-        loader = DataLoader(
-            it, batch_size=settings.batch_size, num_workers=workers, collate_fn=collate, **extra
-        )
-    return loader, it.set_epoch
+        return batch_path(target.path, batch, workers, **options)
+    return sample_path(target.path, batch, workers, collate, decode=settings.decode, **options)
 
 
 def _reads_per_second(dataset: Any, indices: list[int]) -> float:
