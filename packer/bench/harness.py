@@ -7,6 +7,7 @@ scripts/bench_fastpath.py) can time its loader with the same ``time_epochs``.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import platform
@@ -174,10 +175,6 @@ class EpochTimes:
     def median(self) -> float:
         return statistics.median(self.rates)
 
-    @property
-    def best(self) -> float:
-        return max(self.rates)
-
 
 def time_epoch(
     loader: Iterable[Any], times: EpochTimes, started: float, count: Callable[[Any], int] = count_images
@@ -185,7 +182,7 @@ def time_epoch(
     """Read one epoch of ``loader``, adding its seconds and images to ``times``."""
     images, begin = 0, time.perf_counter()
     for batch in loader:
-        if times.first_batch_s != times.first_batch_s:  # nan: the first batch of the run
+        if math.isnan(times.first_batch_s):  # the first batch of the run
             times.first_batch_s = time.perf_counter() - started
         images += count(batch)
     times.seconds.append(time.perf_counter() - begin)
