@@ -14,8 +14,9 @@ Workloads (identical for every system; 2 loader workers, batch 64, shuffled, uin
 Each contender runs in its own fresh process, several rounds, contenders interleaved, so that the
 load from other users of the machine falls on all of them alike. Per run: time to first batch
 (from building the loader, workers included, to the first batch in hand), images/s of a warm
-epoch (best of the epochs after the first full one) and the peak PSS (proportional set size: shared
-pages counted once) of the loader's process tree, sampled every 20 ms from outside.
+epoch (best of the epochs after the first full one) and the peak PSS (proportional set size:
+shared pages counted once) of the loader's process tree, sampled from outside every
+``--memory-interval`` seconds (``packer.bench.harness``: the sampler and epoch timer of ``pack bench``).
 
 Contenders: ``imgpack-batch`` (``open_iterable(batch_size=64)``, DataLoader ``batch_size=None``),
 ``imgpack-sample`` (per-sample ``open_iterable`` + DataLoader collation), ``webdataset`` (tar shards
