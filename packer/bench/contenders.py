@@ -1,16 +1,13 @@
-"""The contenders ``pack bench`` reads, and how: what each target is, and its loader.
+"""The contenders: what ``pack bench`` and the scripts read, and how.
 
-Read paths, named in every result:
-- ``batch``: ``open_iterable(batch_size=B)`` with ``DataLoader(batch_size=None)``; workers
-  assemble whole batches (packed data whose images all have one size, decode=tensor);
-- ``sample+stack``: per-sample items collated by the DataLoader into one stacked tensor;
-- ``sample+list``: per-sample items, a batch is a list (images of different sizes, or bytes/PIL);
-- ``dali``: ``readers.dali.dali_loader``.
+- ``batch_path``: workers assemble whole batches (packed data whose images all have one size);
+- ``sample_path``: per-sample items batched by the DataLoader (stacked, or a list);
+- ``baseline_path``: the image folder read like torchvision's ImageFolder (``baseline.py``), which
+  resizes and centre-crops on the fly to the packed data's output (the first dataset's manifest
+  ``preprocess``), or does the training read (``RandomResizedCrop`` + flip) on the originals;
+- DALI: ``readers.dali.dali_loader``.
 
-The baseline is what a torchvision user without packing runs: a map-style dataset over the
-image folder that opens each file with Pillow, converts it, resizes and centre-crops it to the
-packed data's output (the first dataset's manifest ``preprocess``) on the fly
-(``packer.bench.baseline``).
+``describe`` picks the read path each target gets (named in every result, ``model.READ_PATHS``).
 """
 
 from __future__ import annotations
