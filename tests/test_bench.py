@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE_DATA, run_cli
+from conftest import REPO, SAMPLE_DATA, run_cli
 from PIL import Image
 
 from packer.bench.baseline import ImageFolderBaseline
@@ -243,3 +243,13 @@ def test_scaling_script_small_sizes(tmp_path):
         assert point["read_path"] == "batch" and point["pack_peak_rss_bytes"] > 0
     with Image.open(out_png) as img:
         assert img.format == "PNG" and img.width > 800
+
+
+def test_harness_imports_only_the_standard_library():
+    # scripts/bench_fastpath.py times FFCV in FFCV's own Python with this module
+    code = (
+        "import sys, packer.bench.harness; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'torch', 'psutil', 'PIL'}))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"
