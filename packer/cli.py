@@ -324,7 +324,7 @@ def _register_optional_commands() -> None:
     import importlib
 
     for module_name, attr in (
-        ("packer.bench_cli", "bench"),
+        ("packer.bench.cli", "bench"),
         ("packer.imagelist_cli", "imagelist_command"),
         ("packer.show_cli", "show"),
     ):
