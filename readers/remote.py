@@ -164,7 +164,7 @@ class ShardCache:
         fs: Any,
         remote: str,
         url: str,
-        size: int,
+        size: int | None,
         sha256: str,
         verify: bool = False,
         suffix: str = ".tar",
@@ -172,7 +172,7 @@ class ShardCache:
         """Local copy of the part at ``url`` (fetched if absent), checked against size and sha256.
 
         A copy of the wrong size is always replaced; with ``verify`` the copy's sha256 is also
-        checked once per process, and a corrupt copy replaced.
+        checked once per process, and a corrupt copy replaced. ``size`` None: not recorded.
         """
         import fcntl
 
@@ -204,10 +204,10 @@ class ShardCache:
         os.replace(tmp, cached)
         return text
 
-    def _usable(self, path: Path, size: int, sha256: str, verify: bool) -> bool:
+    def _usable(self, path: Path, size: int | None, sha256: str, verify: bool) -> bool:
         try:
             st = path.stat()
-            if st.st_size != size:
+            if size is not None and st.st_size != size:
                 return False
             key = (str(path), st.st_ino, st.st_mtime_ns)
             if verify and key not in self.checked:
@@ -224,7 +224,7 @@ class ShardCache:
         except FileNotFoundError:
             return False
 
-    def _download(self, fs: Any, remote: str, url: str, final: Path, size: int, sha256: str) -> None:
+    def _download(self, fs: Any, remote: str, url: str, final: Path, size: int | None, sha256: str) -> None:
         tmp = final.with_name(f".{final.name}.{os.getpid()}.part")
         digest = hashlib.sha256()
         got = 0
@@ -239,10 +239,11 @@ class ShardCache:
 
         try:
             remote_call(url, "downloading", fetch)
-            if got != size or digest.hexdigest() != sha256:
+            if (size is not None and got != size) or digest.hexdigest() != sha256:
+                recorded = "not recorded" if size is None else size
                 raise ChecksumError(
-                    f"{url}: downloaded {got} bytes (manifest: {size}) whose sha256 does not match the "
-                    "manifest; the remote shard is truncated or modified, re-upload or re-pack it"
+                    f"{url}: downloaded {got} bytes (manifest: {recorded}) whose sha256 does not match "
+                    "the manifest; the remote shard is truncated or modified, re-upload or re-pack it"
                 )
             os.replace(tmp, final)
             self.checked.add((str(final), final.stat().st_ino, final.stat().st_mtime_ns))

@@ -112,7 +112,8 @@ class FormatReader:
         manifest's size and sha256 first."""
         if self.parts is None:
             return str(self.checksum_path(shard))
-        path = self.parts.local(self.checksum_name(shard), shard.bytes, shard.sha256, self.verify)
+        name, size = self.checksum_name(shard), self.checksum_size(shard)
+        path = self.parts.local(name, size, shard.sha256, self.verify)
         if self.verify:  # checked by the cache (once per process): check_sha256 need not hash it again
             st = os.stat(path)
             self._sha_checked.add((os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
@@ -220,6 +221,10 @@ class FormatReader:
     def checksum_name(self, shard: Any) -> str:
         """The name (relative to the root) of the file whose sha256 the manifest records for ``shard``."""
         return shard.file
+
+    def checksum_size(self, shard: Any) -> int | None:
+        """The size of that file, as the manifest records it (None where it does not)."""
+        return shard.bytes
 
     def checksum_path(self, shard) -> Path:
         """The file whose sha256 the manifest records for ``shard`` (local datasets)."""
