@@ -12,6 +12,7 @@ each part is downloaded once, checked against the manifest, and its records read
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -58,6 +59,11 @@ def default_workers() -> int:
 def _start_worker(path: str, options: dict[str, Any]) -> None:
     global _reader
     _reader = open_reader(path, verify=True, **options)
+
+
+def _start_pool_worker(path: str, options: dict[str, Any]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops us
+    _start_worker(path, options)
 
 
 def _check_part(position: int) -> tuple[list[str], Checked]:
@@ -110,7 +116,10 @@ class _Runner:
         if workers > 1:
             method = "fork" if "fork" in _start_methods() else "spawn"
             self.pool = ProcessPoolExecutor(
-                workers, mp_context=get_context(method), initializer=_start_worker, initargs=(path, options)
+                workers,
+                mp_context=get_context(method),
+                initializer=_start_pool_worker,
+                initargs=(path, options),
             )
         self.window = max(1, workers) * 4
 
@@ -133,9 +142,14 @@ class _Runner:
             for future in pending:
                 future.cancel()
 
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, abort: bool = False) -> None:
+        """Stop the pool; ``abort`` (interrupted, failed): kill the workers rather than wait."""
+        if self.pool is None:
+            return
+        if abort:
+            for process in list((self.pool._processes or {}).values()):
+                process.kill()
+        self.pool.shutdown(wait=not abort, cancel_futures=True)
 
 
 def _start_methods() -> list[str]:
@@ -184,6 +198,7 @@ def _verify(
 
     bar = tqdm(total=len(manifest.shards) + len(blocks), unit="unit", desc="verify", disable=not progress)
     runner = _Runner(workers, path, options)
+    finished = False
     try:
         checked: tuple[set, set] = (set(), set())
         results = runner.ordered([(_check_part, (i,)) for i in range(len(manifest.shards))])
@@ -193,6 +208,7 @@ def _verify(
             checked[1].update(cached)
             bar.update()
         if report.problems:
+            finished = True
             return report
         frozen = (frozenset(checked[0]), frozenset(checked[1]))
         results = runner.ordered([(_check_block, (a, b, decode, frozen)) for a, b in blocks])
@@ -207,9 +223,10 @@ def _verify(
                     break
         finally:
             results.close()
+        finished = True
         return report
     finally:
         bar.close()
-        runner.close()
+        runner.close(abort=not finished)
         _reader.close()
         _reader = None

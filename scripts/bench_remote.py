@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -83,26 +82,12 @@ def main() -> None:
     parser.add_argument("datasets", nargs="+", type=Path)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    from moto.server import ThreadedMotoServer
+    from tests.s3server import moto_s3
 
-    os.environ.update(AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1")
-    from tests.s3server import free_port
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        import s3fs
-
-        options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-        fs.mkdir("bench")
+    with moto_s3("bench") as (fs, options):
         for i, path in enumerate(args.datasets):
             fs.put(str(path) + "/", f"bench/ds{i}", recursive=True)
             print(json.dumps(bench(path, f"s3://bench/ds{i}", options, args.workers)), flush=True)
-    finally:
-        server.stop()
-
 
 if __name__ == "__main__":
     main()

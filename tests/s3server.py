@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -16,9 +19,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server on 127.0.0.1 for this module; yields (s3fs filesystem, storage_options)."""
+@contextmanager
+def moto_s3(bucket: str = BUCKET) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A moto S3 server on 127.0.0.1 holding an empty ``bucket``: (s3fs filesystem, storage_options)."""
     from moto.server import ThreadedMotoServer
 
     saved = {
@@ -36,7 +39,7 @@ def s3():
         # The region comes from AWS_DEFAULT_REGION: a us-east-1 bucket takes no LocationConstraint.
         options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-        fs.mkdir(BUCKET)
+        fs.mkdir(bucket)
         yield fs, options
     finally:
         server.stop()
@@ -45,3 +48,10 @@ def s3():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on 127.0.0.1 for this module; yields (s3fs filesystem, storage_options)."""
+    with moto_s3() as server:
+        yield server
