@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -84,6 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     from tests.s3server import moto_s3
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
     with moto_s3("bench") as (fs, options):
         for i, path in enumerate(args.datasets):
             fs.put(str(path) + "/", f"bench/ds{i}", recursive=True)
