@@ -15,7 +15,7 @@ import os
 import signal
 import tempfile
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -112,7 +112,7 @@ class _Runner:
     """Runs units in this process (one worker) or on a process pool, results in submission order."""
 
     def __init__(self, workers: int, path: str, options: dict[str, Any]):
-        self.pool = None
+        self.pool: ProcessPoolExecutor | None = None
         if workers > 1:
             method = "fork" if "fork" in _start_methods() else "spawn"
             self.pool = ProcessPoolExecutor(
@@ -123,7 +123,7 @@ class _Runner:
             )
         self.window = max(1, workers) * 4
 
-    def ordered(self, calls: list[tuple[Callable, tuple]]) -> Iterator[Any]:
+    def ordered(self, calls: list[tuple[Callable, tuple]]) -> Generator[Any, None, None]:
         """Each call's result in order; on an early stop (generator closed) the rest is cancelled."""
         if self.pool is None:
             for fn, args in calls:

@@ -76,7 +76,7 @@ class RemoteParts:
     def remote_path(self, name: str) -> str:
         return join_url(self.fs[1], name)
 
-    def local(self, name: str, size: int, sha256: str, verify: bool = False) -> Path:
+    def local(self, name: str, size: int | None, sha256: str, verify: bool = False) -> Path:
         """The cached local copy of part ``name`` (downloaded and checked if absent or wrong)."""
         fs, _ = self.fs
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +36,10 @@ def moto_s3(bucket: str = BUCKET) -> Iterator[tuple[Any, dict[str, Any]]]:
     server.start()
     try:
         import s3fs
+
+        # moto keeps its buckets in this process, across servers: start from an empty store.
+        reset = f"http://127.0.0.1:{port}/moto-api/reset"
+        urllib.request.urlopen(urllib.request.Request(reset, method="POST"), timeout=30).close()
 
         # The region comes from AWS_DEFAULT_REGION: a us-east-1 bucket takes no LocationConstraint.
         options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}

@@ -176,16 +176,36 @@ def test_pack_verify_cli_workers_local_and_remote(s3, packed, tmp_path):
     flip_byte(bad / part.file / "data.mdb", part.bytes // 2)
     url = upload(s3, bad, "verify-cli-lmdb")
     reports = []
-    remote_options = ("--storage-options", json.dumps(options))
-    for target in (str(bad), url):
-        for workers in ("1", "2"):
-            proc = run_cli("verify", target, "--workers", workers, *remote_options, "--json")
-            assert proc.returncode == 1, proc.stderr
-            reports.append(json.loads(proc.stdout))
-            assert "endpoint_url" not in proc.stderr
+    for target in (str(bad), url):  # the CLI on 2 workers reports what one process finds
+        proc = run_cli("verify", target, "--workers", "2", "--storage-options", json.dumps(options), "--json")
+        assert proc.returncode == 1 and "endpoint_url" not in proc.stderr, proc.stderr
+        reports.append(json.loads(proc.stdout))
+        alone = verify_dataset(target, workers=1, storage_options=options)
+        reports.append({**reports[-1], "problems": alone.problems})
     assert reports[0] == reports[1] and reports[2] == reports[3]
     assert len(reports[0]["problems"]) == 1 and "sha256" in reports[0]["problems"][0]
     assert reports[2]["problems"] == [
         f"{url}/{part.file}/data.mdb: downloaded {part.bytes} bytes (manifest: {part.bytes}) whose sha256 "
         "does not match the manifest; the remote shard is truncated or modified, re-upload or re-pack it"
     ]
+
+
+def test_unreachable_endpoint_and_bad_storage_options_never_echo_secrets():
+    from click.testing import CliRunner
+
+    from packer.cli import main
+    from readers.remote import RemoteError
+    from tests.s3server import free_port
+
+    options = {
+        "key": "AKIDEXAMPLE",
+        "secret": "not-a-real-secret",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{free_port()}"},  # nothing listens
+        "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}},
+        "retries": 1,
+    }
+    with pytest.raises(RemoteError, match=f"s3://{BUCKET}/ds/manifest.json: reading failed") as caught:
+        open_dataset(f"s3://{BUCKET}/ds", storage_options=options)
+    assert "not-a-real-secret" not in str(caught.value) and "AKIDEXAMPLE" not in str(caught.value)
+    result = CliRunner().invoke(main, ["verify", "s3://b/ds", "--storage-options", '{"secret": "hush"'])
+    assert result.exit_code == 2 and "not valid JSON" in result.output and "hush" not in result.output
