@@ -45,8 +45,9 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     manifest: Manifest = read_manifest(path, options.get("storage_options"))
     cls = reader_class(manifest.format)
     # A reader's own options and, through super().__init__, the remote ones every reader takes.
-    accepted = set(inspect.signature(cls.__init__).parameters)
-    accepted |= set(inspect.signature(FormatReader.__init__).parameters)
+    params = [*inspect.signature(cls.__init__).parameters.values()]
+    params += inspect.signature(FormatReader.__init__).parameters.values()
+    accepted = {p.name for p in params if p.kind is not p.VAR_KEYWORD}
     unknown = sorted(k for k in options if k not in accepted)
     if unknown:
         names = ", ".join(unknown)
