@@ -16,46 +16,9 @@ from readers import open_dataset, open_iterable
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
 from readers.remote import RemoteError, bounded_options
+from tests.s3server import BUCKET
 
-BUCKET = "imgpack-test"
 SPLIT = {"samples_per_shard": 10}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server on 127.0.0.1 for this module; yields (s3fs filesystem, storage_options)."""
-    from moto.server import ThreadedMotoServer
-
-    saved = {
-        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
-    }
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1"
-    )
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        import s3fs
-
-        # The region comes from AWS_DEFAULT_REGION: a us-east-1 bucket takes no LocationConstraint.
-        options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-        fs.mkdir(BUCKET)
-        yield fs, options
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,62 @@
+"""A real S3-compatible server (moto) on 127.0.0.1 for the tests that read or write s3:// URLs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+BUCKET = "imgpack-test"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def moto_s3(bucket: str = BUCKET) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A moto S3 server on 127.0.0.1 holding an empty ``bucket``: (s3fs filesystem, storage_options)."""
+    from moto.server import ThreadedMotoServer
+
+    saved = {
+        k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    }
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1"
+    )
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        import s3fs
+
+        # moto keeps its buckets in this process, across servers: start from an empty store.
+        reset = f"http://127.0.0.1:{port}/moto-api/reset"
+        urllib.request.urlopen(urllib.request.Request(reset, method="POST"), timeout=30).close()
+
+        # The region comes from AWS_DEFAULT_REGION: a us-east-1 bucket takes no LocationConstraint.
+        options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+        fs.mkdir(bucket)
+        yield fs, options
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on 127.0.0.1 for this module; yields (s3fs filesystem, storage_options)."""
+    with moto_s3() as server:
+        yield server
