@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from packer.cli_options import storage_options_option
 from packer.formats import WRITERS
 from packer.preprocess import DEFAULT_MAX_PIXELS, ENCODINGS, RESAMPLE, RESIZE_MODES, PreprocessSpec
 from readers.errors import ImgpackError
@@ -318,12 +319,23 @@ def info(dataset: str, as_json: bool) -> None:
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 @click.option("--no-decode", is_flag=True, help="Check checksums only, do not decode every image.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Processes (default: <= 4).")
+@storage_options_option
+@click.option("--cache-dir", type=click.Path(path_type=str), help="Keep a URL's parts here.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True)
-def verify(dataset: str, no_decode: bool, as_json: bool) -> None:
-    """Check shard checksums and that every image in DATASET decodes."""
-    from packer.verify import verify_dataset
+def verify(dataset, no_decode, workers, storage_options, cache_dir, quiet, as_json) -> None:
+    """Check shard checksums and that every image in DATASET (a directory or URL) decodes."""
+    from packer.verify import default_workers, verify_dataset
 
-    report = verify_dataset(dataset, decode=not no_decode)
+    report = verify_dataset(
+        dataset,
+        decode=not no_decode,
+        workers=workers or default_workers(),
+        storage_options=storage_options,
+        cache_dir=cache_dir,
+        progress=not (quiet or as_json),
+    )
     if as_json:
         emit_json({**asdict(report), "ok": report.ok})
     else:
@@ -352,7 +364,7 @@ def _register_optional_commands() -> None:
     import importlib
 
     for module_name, attr in (
-        ("packer.bench_cli", "bench"),
+        ("packer.bench.cli", "bench"),
         ("packer.imagelist_cli", "imagelist_command"),
         ("packer.show_cli", "show"),
     ):

@@ -38,8 +38,9 @@ class SizeTally:
 
 def merge_sizes(parts: Iterable[dict[str, Any]]) -> dict[str, int] | None:
     """The dataset's ``stored_sizes``; None when a part has no tally (resumed from an older pack)."""
-    tallies = [extra.get(KEY) for extra in parts]
-    if any(t is None for t in tallies):
+    found = [extra.get(KEY) for extra in parts]
+    tallies: list[dict[str, int]] = [t for t in found if t is not None]
+    if len(tallies) < len(found):
         return None
     filled = [t for t in tallies if t["count"]]
     merged = {"count": sum(t["count"] for t in tallies), "upscaled": sum(t["upscaled"] for t in tallies)}

@@ -1,14 +1,31 @@
-"""``pack verify``: re-check every shard checksum and decode every record."""
+"""``pack verify``: re-check every shard checksum and decode every record, in parallel.
+
+The work is cut into units, every part's checksum first, then blocks of records, and run on
+``workers`` processes (each with its own reader). Results are taken in unit order and the same
+stopping rules apply as one process would (stop reading records after a structural error or
+``MAX_PROBLEMS``), so the report is the same for any number of workers.
+
+A dataset behind a URL is checked through the part cache (``cache_dir``, or a temporary one):
+each part is downloaded once, checked against the manifest, and its records read from there.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import tempfile
+from collections import deque
+from collections.abc import Callable, Generator
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 from readers.decode import decode_record
 from readers.errors import ChecksumError, ImgpackError
-from readers.formats import open_reader
+from readers.formats import FormatReader, open_reader
+from readers.remote import ShardCache, is_url
 
 
 @dataclass
@@ -24,43 +41,192 @@ class VerifyReport:
 
 
 MAX_PROBLEMS = 100  # enough to see the pattern; a corrupt count must not make the report endless
+DEFAULT_WORKERS = 4
+
+# Sets of file identities whose sha256 a process has checked (FormatReader._sha_checked and the
+# remote cache's): handed from the checksum units to the record units, so no worker hashes a part
+# again that another one has just checked.
+Checked = tuple[frozenset, frozenset]
+
+_reader: FormatReader | None = None  # this process's reader (set by _start_worker)
 
 
-def verify_dataset(path: str | os.PathLike, decode: bool = True, block: int = 256) -> VerifyReport:
+def default_workers() -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(DEFAULT_WORKERS, cpus))
+
+
+def _start_worker(path: str, options: dict[str, Any]) -> None:
+    global _reader
+    _reader = open_reader(path, verify=True, **options)
+
+
+def _start_pool_worker(path: str, options: dict[str, Any]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops us
+    _start_worker(path, options)
+
+
+def _check_part(position: int) -> tuple[list[str], Checked]:
+    """Problems with part ``position``'s checksum (downloaded first if remote)."""
+    reader = _reader
+    assert reader is not None
+    shard = reader.manifest.shards[position]
+    problems = []
     try:
-        reader = open_reader(path, verify=True)  # checks the manifest schema and every part's counts
-    except ImgpackError as exc:
-        return VerifyReport(str(path), 0, 0, [str(exc)])
-    manifest = reader.manifest
-    report = VerifyReport(str(path), manifest.num_samples, len(manifest.shards))
-    for shard in manifest.shards:
-        try:
+        if reader.remote:
+            reader.local_file(shard)  # downloaded, size and sha256 checked against the manifest
+        else:
             data_file = reader.checksum_path(shard)
             if not Path(data_file).exists():
-                report.problems.append(f"{data_file}: missing")
-            else:  # recorded as checked, so reading the records below does not hash it again
+                problems.append(f"{data_file}: missing")
+            else:
                 reader.check_sha256(data_file, shard.sha256, str(data_file))
-        except ImgpackError as exc:
-            report.problems.append(str(exc))
-    if report.problems:
-        return report
-    for start in range(0, manifest.num_samples, block):
-        stop = min(manifest.num_samples, start + block)
+    except ImgpackError as exc:
+        problems.append(str(exc))
+    return problems, (frozenset(reader._sha_checked), frozenset(ShardCache.checked))
+
+
+def _check_block(start: int, stop: int, decode: bool, checked: Checked) -> tuple[list[str], bool]:
+    """(problems, structural) for records [start, stop); ``structural``: reading on is pointless."""
+    reader = _reader
+    assert reader is not None
+    reader._sha_checked |= checked[0]
+    ShardCache.checked |= checked[1]
+    try:
+        records = reader.read_block(start, stop)
+    except ChecksumError as exc:
+        return [str(exc)], False
+    except ImgpackError as exc:  # the structure is broken: reading on would repeat it
+        return [str(exc)], True
+    problems = []
+    for index, record in enumerate(records, start):
+        if decode:
+            try:
+                decode_record(record, "numpy")
+            except Exception as exc:  # noqa: BLE001 - report, keep checking the rest
+                problems.append(f"{reader.describe(index)} does not decode ({exc})")
+    return problems, False
+
+
+class _Runner:
+    """Runs units in this process (one worker) or on a process pool, results in submission order."""
+
+    def __init__(self, workers: int, path: str, options: dict[str, Any]):
+        self.pool: ProcessPoolExecutor | None = None
+        if workers > 1:
+            method = "fork" if "fork" in _start_methods() else "spawn"
+            self.pool = ProcessPoolExecutor(
+                workers,
+                mp_context=get_context(method),
+                initializer=_start_pool_worker,
+                initargs=(path, options),
+            )
+        self.window = max(1, workers) * 4
+
+    def ordered(self, calls: list[tuple[Callable, tuple]]) -> Generator[Any, None, None]:
+        """Each call's result in order; on an early stop (generator closed) the rest is cancelled."""
+        if self.pool is None:
+            for fn, args in calls:
+                yield fn(*args)
+            return
+        pending: deque[Future] = deque()
+        todo = iter(calls)
         try:
-            records = reader.read_block(start, stop)
-        except ChecksumError as exc:
-            report.problems.append(str(exc))
-            records = []
-        except ImgpackError as exc:  # the structure is broken: reading on would repeat it
-            report.problems.append(str(exc))
-            break
-        for index, record in enumerate(records, start):
-            if decode:
-                try:
-                    decode_record(record, "numpy")
-                except Exception as exc:  # noqa: BLE001 - report, keep checking the rest
-                    report.problems.append(f"{reader.describe(index)} does not decode ({exc})")
-        if len(report.problems) >= MAX_PROBLEMS:
-            report.problems.append(f"stopped after {MAX_PROBLEMS} problems")
-            break
-    return report
+            for fn, args in todo:
+                pending.append(self.pool.submit(fn, *args))
+                if len(pending) >= self.window:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def close(self, abort: bool = False) -> None:
+        """Stop the pool; ``abort`` (interrupted, failed): kill the workers rather than wait."""
+        if self.pool is None:
+            return
+        if abort:
+            for process in list((self.pool._processes or {}).values()):
+                process.kill()
+        self.pool.shutdown(wait=not abort, cancel_futures=True)
+
+
+def _start_methods() -> list[str]:
+    from multiprocessing import get_all_start_methods
+
+    return get_all_start_methods()
+
+
+def verify_dataset(
+    path: str | os.PathLike,
+    decode: bool = True,
+    block: int = 256,
+    workers: int = 1,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> VerifyReport:
+    """Check every part's checksum, then read (and with ``decode``, decode) every record.
+
+    ``path`` may be an fsspec URL; its parts are downloaded once into ``cache_dir`` (a
+    temporary directory, removed afterwards, when None). ``progress`` shows a tqdm bar.
+    """
+    path = str(path)
+    if not is_url(path):
+        return _verify(path, {}, decode, block, workers, progress)
+    options: dict[str, Any] = {"storage_options": storage_options or {}}
+    if cache_dir is not None:
+        return _verify(path, {**options, "cache_dir": str(cache_dir)}, decode, block, workers, progress)
+    with tempfile.TemporaryDirectory(prefix="imgpack-verify-") as tmp:
+        return _verify(path, {**options, "cache_dir": tmp}, decode, block, workers, progress)
+
+
+def _verify(
+    path: str, options: dict[str, Any], decode: bool, block: int, workers: int, progress: bool
+) -> VerifyReport:
+    global _reader
+    try:
+        _start_worker(path, options)  # checks the manifest schema and (local) every part's counts
+    except ImgpackError as exc:
+        return VerifyReport(path, 0, 0, [str(exc)])
+    assert _reader is not None
+    manifest = _reader.manifest
+    report = VerifyReport(path, manifest.num_samples, len(manifest.shards))
+    blocks = [(s, min(manifest.num_samples, s + block)) for s in range(0, manifest.num_samples, block)]
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(manifest.shards) + len(blocks), unit="unit", desc="verify", disable=not progress)
+    runner = _Runner(workers, path, options)
+    finished = False
+    try:
+        checked: tuple[set, set] = (set(), set())
+        results = runner.ordered([(_check_part, (i,)) for i in range(len(manifest.shards))])
+        for problems, (local, cached) in results:
+            report.problems += problems
+            checked[0].update(local)
+            checked[1].update(cached)
+            bar.update()
+        if report.problems:
+            finished = True
+            return report
+        frozen = (frozenset(checked[0]), frozenset(checked[1]))
+        results = runner.ordered([(_check_block, (a, b, decode, frozen)) for a, b in blocks])
+        try:
+            for problems, structural in results:
+                report.problems += problems
+                bar.update()
+                if structural:
+                    break
+                if len(report.problems) >= MAX_PROBLEMS:
+                    report.problems.append(f"stopped after {MAX_PROBLEMS} problems")
+                    break
+        finally:
+            results.close()
+        finished = True
+        return report
+    finally:
+        bar.close()
+        runner.close(abort=not finished)
+        _reader.close()
+        _reader = None

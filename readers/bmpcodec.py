@@ -17,7 +17,7 @@ import numpy as np
 try:
     import cv2
 except ImportError:  # optional (imgpack[cv]); NumPy does the channel swap without it
-    cv2 = None
+    cv2 = None  # type: ignore[assignment]
 
 FILE_HEADER = 14
 INFO_HEADER = 40

@@ -14,6 +14,7 @@ from readers.errors import DecodeError
 from readers.formats import FormatReader, open_reader
 from readers.order import OrderSpec, resolve_rank
 from readers.record import Record
+from readers.remote_parts import merge_remote_options
 
 
 class RamCache:
@@ -145,13 +146,21 @@ def open_dataset(
     cache: str | None = None,
     verify: bool = False,
     reader_options: dict[str, Any] | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache_size: int | None = None,
 ) -> PackedDataset:
     """A map-style ``Dataset`` over the packed dataset at ``path``, format read from its manifest.
 
-    ``path`` may be an fsspec URL (tar); ``reader_options`` go to the format's reader, e.g.
-    ``{"cache_dir": ..., "storage_options": {...}}``.
+    ``path`` may be an fsspec URL (``s3://bucket/ds``) with ``storage_options`` for fsspec and a
+    ``cache_dir`` / ``cache_size`` (bytes) for the parts downloaded (see readers.remote_parts);
+    ``reader_options`` go to the format's reader.
     """
-    return PackedDataset(path, decode, transform, target_transform, cache, verify, reader_options)
+    options = merge_remote_options(
+        reader_options, storage_options=storage_options, cache_dir=cache_dir, cache_size=cache_size
+    )
+    return PackedDataset(path, decode, transform, target_transform, cache, verify, options)
 
 
 __all__ = ["DeterministicSampler", "PackedDataset", "open_dataset"]

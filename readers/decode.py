@@ -28,7 +28,7 @@ try:
 
     cv2.setNumThreads(1)  # decode runs in many worker processes already
 except ImportError:
-    cv2 = None
+    cv2 = None  # type: ignore[assignment]
 
 
 def sniff(data: Any) -> str:

@@ -176,8 +176,8 @@ def sample_uniforms(seed: int, epoch: int, indices: Sequence[int] | np.ndarray, 
     golden = np.uint64(0x9E3779B97F4A7C15)
     key = _mix(np.array([int(seed) & MASK64], np.uint64) + golden)
     key = _mix(key ^ np.array([int(epoch) & MASK64], np.uint64))
-    counter = np.asarray(indices, dtype=np.int64).astype(np.uint64)[:, None] * np.uint64(draws)
-    counter = counter + np.arange(draws, dtype=np.uint64)
+    first = np.asarray(indices, dtype=np.int64).astype(np.uint64)[:, None] * np.uint64(draws)
+    counter = first + np.arange(draws, dtype=np.uint64)
     bits = _mix(_mix(counter * golden + key))
     return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 

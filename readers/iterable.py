@@ -17,6 +17,7 @@ from readers.batch_check import check_batch_sizes
 from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors, to_output
 from readers.formats import open_reader
 from readers.order import OrderSpec, resolve_rank
+from readers.remote_parts import REMOTE_OPTIONS, merge_remote_options
 from readers.stream import EpochStream
 from readers.whole_batch import whole_batch
 
@@ -147,5 +148,9 @@ class PackedIterable(EpochStream):
 
 
 def open_iterable(path: str | os.PathLike, *args: Any, **kwargs: Any) -> PackedIterable:
-    """An ``IterableDataset`` over the packed dataset at ``path``; arguments as ``PackedIterable``."""
+    """An ``IterableDataset`` over the packed dataset at ``path``; arguments as ``PackedIterable``,
+    plus ``storage_options``, ``cache_dir`` and ``cache_size`` for a dataset behind a URL."""
+    remote = {key: kwargs.pop(key, None) for key in REMOTE_OPTIONS}
+    if any(value is not None for value in remote.values()):
+        kwargs["reader_options"] = merge_remote_options(kwargs.get("reader_options"), **remote)
     return PackedIterable(path, *args, **kwargs)

@@ -10,7 +10,7 @@ format readers when they open it (``FormatReader.check_parts``).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from readers.errors import ManifestError
 from readers.paths import check_names
@@ -24,7 +24,7 @@ def _fail(where: str, field: str, problem: str) -> ManifestError:
     return ManifestError(f"{where}: field {field!r} {problem}; the manifest is corrupt, re-pack the dataset")
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

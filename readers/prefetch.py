@@ -71,6 +71,7 @@ class CudaPrefetcher:
         loader = iter(self.loader)
         next_batch = self._preload(loader)
         while next_batch is not None:
+            assert self.stream is not None  # made whenever self.cuda
             torch.cuda.current_stream(self.device).wait_stream(self.stream)
             batch = next_batch
             for t in batch if isinstance(batch, (list, tuple)) else [batch]:

@@ -4,7 +4,8 @@
 endpoints come from the usual places (environment, config files) or from ``storage_options``,
 passed to ``fsspec`` unchanged (e.g. ``{"client_kwargs": {"endpoint_url": ...}}`` for s3fs).
 
-The shard cache is content-addressed: a shard is stored as ``<sha256>.tar`` under ``cache_dir``,
+The shard cache is content-addressed: a part is stored as ``<sha256><suffix>`` under ``cache_dir``
+(``.tar``, ``.mdb``, ``.h5``, ``.tfrecord``, ``.jsonl``: the suffix of the file the manifest checksums),
 so a re-packed dataset never reads a stale copy and several processes can share one cache. A
 download goes to a temporary name, is checked against the manifest's size and sha256, then
 renamed into place, so a partial or corrupt download is never used. A lock file per shard makes
@@ -33,6 +34,8 @@ from typing import Any, TypeVar
 from readers.errors import ChecksumError, ImgpackError, ManifestError
 
 DOWNLOAD_CHUNK = 4 << 20
+# Files next to a cached part that are not parts themselves (evicted with their part).
+COMPANION_SUFFIXES = (".idx", ".lock", ".part")
 T = TypeVar("T")
 
 # Seconds and attempts; worst case for one call is about retries * attempts * read_timeout.
@@ -136,8 +139,8 @@ class ShardCache:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.clean()
 
-    def path(self, sha256: str) -> Path:
-        return self.dir / f"{sha256}.tar"
+    def path(self, sha256: str, suffix: str = ".tar") -> Path:
+        return self.dir / f"{sha256}{suffix}"
 
     def clean(self) -> None:
         """Remove ``.part`` files of dead downloads and ``.lock`` files nobody holds."""
@@ -156,14 +159,24 @@ class ShardCache:
             except OSError:
                 continue  # held by a download in progress
 
-    def get(self, fs: Any, remote: str, url: str, size: int, sha256: str, verify: bool = False) -> Path:
-        """Local copy of the shard at ``url`` (fetched if absent), checked against size and sha256.
+    def get(
+        self,
+        fs: Any,
+        remote: str,
+        url: str,
+        size: int | None,
+        sha256: str,
+        verify: bool = False,
+        suffix: str = ".tar",
+    ) -> Path:
+        """Local copy of the part at ``url`` (fetched if absent), checked against size and sha256.
 
-        With ``verify`` the copy's sha256 is checked once per process; a corrupt copy is replaced.
+        A copy of the wrong size is always replaced; with ``verify`` the copy's sha256 is also
+        checked once per process, and a corrupt copy replaced. ``size`` None: not recorded.
         """
         import fcntl
 
-        final = self.path(sha256)
+        final = self.path(sha256, suffix)
         if self._usable(final, size, sha256, verify):
             return final
         lock_path = self.dir / f"{sha256}.lock"
@@ -191,10 +204,10 @@ class ShardCache:
         os.replace(tmp, cached)
         return text
 
-    def _usable(self, path: Path, size: int, sha256: str, verify: bool) -> bool:
+    def _usable(self, path: Path, size: int | None, sha256: str, verify: bool) -> bool:
         try:
             st = path.stat()
-            if st.st_size != size:
+            if size is not None and st.st_size != size:
                 return False
             key = (str(path), st.st_ino, st.st_mtime_ns)
             if verify and key not in self.checked:
@@ -211,7 +224,7 @@ class ShardCache:
         except FileNotFoundError:
             return False
 
-    def _download(self, fs: Any, remote: str, url: str, final: Path, size: int, sha256: str) -> None:
+    def _download(self, fs: Any, remote: str, url: str, final: Path, size: int | None, sha256: str) -> None:
         tmp = final.with_name(f".{final.name}.{os.getpid()}.part")
         digest = hashlib.sha256()
         got = 0
@@ -226,10 +239,11 @@ class ShardCache:
 
         try:
             remote_call(url, "downloading", fetch)
-            if got != size or digest.hexdigest() != sha256:
+            if (size is not None and got != size) or digest.hexdigest() != sha256:
+                recorded = "not recorded" if size is None else size
                 raise ChecksumError(
-                    f"{url}: downloaded {got} bytes (manifest: {size}) whose sha256 does not match the "
-                    "manifest; the remote shard is truncated or modified, re-upload or re-pack it"
+                    f"{url}: downloaded {got} bytes (manifest: {recorded}) whose sha256 does not match "
+                    "the manifest; the remote shard is truncated or modified, re-upload or re-pack it"
                 )
             os.replace(tmp, final)
             self.checked.add((str(final), final.stat().st_ino, final.stat().st_mtime_ns))
@@ -240,7 +254,9 @@ class ShardCache:
         if self.max_bytes is None:
             return
         entries = []
-        for path in self.dir.glob("*.tar"):
+        for path in self.dir.iterdir():
+            if path.name.startswith(".") or path.suffix in COMPANION_SUFFIXES:
+                continue
             try:
                 st = path.stat()
             except FileNotFoundError:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,7 +22,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from packer.bench.harness import EpochTimes, time_epoch  # noqa: E402
+from packer.bench.prepare import ensure_packed  # noqa: E402
 from readers.dali import DaliUnavailableError, dali_loader, select_path  # noqa: E402
+from scripts.make_bench_data import make_bench_folder  # noqa: E402
 
 BENCH = Path("/tmp/imgpack-bench")
 MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
@@ -31,20 +33,12 @@ PATHS = {"dali-gpu": "gpu", "dali-cpu": "cpu", "dataloader": "dataloader"}
 
 
 def prepare(n: int, quiet: bool) -> Path:
-    """The packed LMDB input (made once: source folder via make_bench_data.py, then pack)."""
-    src = BENCH / f"n{n}"
-    out = BENCH / "dali" / f"n{n}-r256.lmdb"
-    if (out / "manifest.json").exists():
-        return out
-    run = dict(check=True, cwd=REPO, stdout=subprocess.DEVNULL if quiet else None)
-    subprocess.run([sys.executable, "scripts/make_bench_data.py", "--n", str(n), "--out", str(src)], **run)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, "-m", "packer.cli", "imagefolder", str(src), "-o", str(out)]
-        + ["--to", "lmdb", "--resize", "256", "--workers", str(os.cpu_count() or 1), "--quiet"],
-        **run,
-    )
-    return out
+    """The packed LMDB input (made once: a make_bench_data.py folder, packed at --resize 256)."""
+    from packer.preprocess import PreprocessSpec
+
+    src = make_bench_folder(BENCH / f"n{n}", n, verbose=not quiet)
+    spec = PreprocessSpec(resize=256)
+    return ensure_packed(src, BENCH / "dali" / f"n{n}-r256.lmdb", "lmdb", spec, workers=os.cpu_count() or 1)
 
 
 def measure(path: Path, name: str, args: argparse.Namespace) -> dict:
@@ -66,22 +60,18 @@ def measure(path: Path, name: str, args: argparse.Namespace) -> dict:
     )
     sync = torch.cuda.synchronize if name == "dali-gpu" else (lambda: None)
 
-    def epoch(e: int) -> int:
+    def epoch(e: int):
         loader.set_epoch(e)
-        count = 0
-        for images, _ in loader:
-            count += len(images)
-        sync()
-        return count
+        yield from loader
+        sync()  # the GPU's queued work belongs to the epoch
 
-    t0 = time.perf_counter()
-    epoch(0)  # warm-up: pipeline build, worker start, page cache
-    first = time.perf_counter() - t0
-    images, epochs, start = 0, 0, time.perf_counter()
-    while epochs == 0 or time.perf_counter() - start < args.seconds:
-        epochs += 1
-        images += epoch(epochs)
-    seconds = time.perf_counter() - start
+    times = EpochTimes()
+    started = time.perf_counter()
+    time_epoch(epoch(0), times, started)  # warm-up: pipeline build, worker start, page cache
+    first = time.perf_counter() - started
+    while len(times.seconds) == 1 or sum(times.seconds[1:]) < args.seconds:
+        time_epoch(epoch(len(times.seconds)), times, started)
+    images, epochs, seconds = sum(times.images[1:]), len(times.seconds) - 1, sum(times.seconds[1:])
     return {
         "path": name,
         "images_per_s": round(images / seconds, 1),

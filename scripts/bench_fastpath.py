@@ -14,8 +14,9 @@ Workloads (identical for every system; 2 loader workers, batch 64, shuffled, uin
 Each contender runs in its own fresh process, several rounds, contenders interleaved, so that the
 load from other users of the machine falls on all of them alike. Per run: time to first batch
 (from building the loader, workers included, to the first batch in hand), images/s of a warm
-epoch (best of the epochs after the first full one) and the peak PSS (proportional set size: shared
-pages counted once) of the loader's process tree, sampled every 20 ms from outside.
+epoch (best of the epochs after the first full one) and the peak PSS (proportional set size:
+shared pages counted once) of the loader's process tree, sampled from outside every
+``--memory-interval`` seconds (``packer.bench.harness``: the sampler and epoch timer of ``pack bench``).
 
 Contenders: ``imgpack-batch`` (``open_iterable(batch_size=64)``, DataLoader ``batch_size=None``),
 ``imgpack-sample`` (per-sample ``open_iterable`` + DataLoader collation), ``webdataset`` (tar shards
@@ -39,11 +40,14 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+# The shared timer and sampler; the standard library only at import, so FFCV's Python can run it.
+from packer.bench.harness import count_images, run_measured, time_epochs  # noqa: E402
+
 WORKLOADS = ("W_jpeg", "W_raw", "W_train")
 CONTENDERS = ("imgpack-batch", "imgpack-sample", "webdataset", "imagefolder", "ffcv")
 PEERS = {  # contenders run per workload
@@ -61,8 +65,7 @@ DESIGN_FFCV = {
 
 # -- data preparation (product venv) -----------------------------------------------------------
 def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> dict[str, dict[str, str]]:
-    sys.path.insert(0, str(REPO))
-    from packer.engine import pack_folder
+    from packer.bench.prepare import ensure_packed
     from packer.preprocess import PreprocessSpec
 
     paths: dict[str, dict[str, str]] = {}
@@ -71,9 +74,7 @@ def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> d
         "W_raw": PreprocessSpec(resize=256, crop=CROP, encode="raw"),
     }
     for workload, spec in specs.items():
-        lmdb_path = out / f"{workload}.lmdb"
-        if not (lmdb_path / "manifest.json").exists():
-            pack_folder(src, lmdb_path, "lmdb", spec, workers=2, force=True)
+        lmdb_path = ensure_packed(src, out / f"{workload}.lmdb", "lmdb", spec)
         tar_dir = out / f"{workload}-wds"
         if not (tar_dir / "done").exists():
             write_webdataset(lmdb_path, tar_dir, shards)
@@ -155,10 +156,8 @@ def centre_crop_chw(image, size: int = CROP):
 
 
 def imgpack_loader(name: str, workload: str, paths: dict, workers: int, batch: int):
-    sys.path.insert(0, str(REPO))
-    from torch.utils.data import DataLoader
-
-    from readers import RandomResizedCrop, open_iterable
+    from packer.bench.contenders import baseline_path, batch_path, sample_path
+    from readers import RandomResizedCrop
 
     path = paths[workload]["lmdb"]
     crop = CROP if workload == "W_jpeg" else None
@@ -166,20 +165,14 @@ def imgpack_loader(name: str, workload: str, paths: dict, workers: int, batch: i
 
     def build():
         if name == "imagefolder":
-            from packer.bench_baseline import ImageFolderBaseline
-
-            dataset = ImageFolderBaseline(paths[workload]["src"], None, "tensor", **train)
-            return DataLoader(
-                dataset, batch_size=batch, shuffle=True, num_workers=workers, persistent_workers=True
-            )
+            return baseline_path(paths[workload]["src"], None, "tensor", batch, workers, **train)[0]
         if name == "imgpack-batch":
             # fast_dct: libjpeg-turbo's fast integer IDCT, the setting FFCV always uses.
             options = train or {"crop": crop}
-            it = open_iterable(path, shuffle=True, seed=0, batch_size=batch, fast_dct=True, **options)
-            return DataLoader(it, batch_size=None, num_workers=workers, persistent_workers=True)
+            return batch_path(path, batch, workers, shuffle=True, seed=0, fast_dct=True, **options)[0]
         transform = centre_crop_chw if crop else None
-        it = open_iterable(path, shuffle=True, seed=0, decode="tensor", transform=transform, **train)
-        return DataLoader(it, batch_size=batch, num_workers=workers, persistent_workers=True)
+        options = {"shuffle": True, "seed": 0, "decode": "tensor", "transform": transform, **train}
+        return sample_path(path, batch, workers, **options)[0]
 
     return build
 
@@ -289,78 +282,37 @@ def child(args: argparse.Namespace) -> None:
         build = wds_loader(args.workload, paths, args.workers, args.batch)
     else:
         build = imgpack_loader(args.child, args.workload, paths, args.workers, args.batch)
+    shape: list = []
+
+    def count(batch) -> int:
+        if not shape:
+            images, labels = batch
+            shape.extend([list(images.shape), str(images.dtype), str(labels.dtype)])
+        return count_images(batch)
+
     start = time.perf_counter()  # libraries imported: the clock covers opening, workers, JIT
     loader = build()
-    first = None
-    rates, shape = [], None
-    for epoch in range(args.epochs):
-        if hasattr(loader, "dataset") and hasattr(loader.dataset, "set_epoch"):
-            loader.dataset.set_epoch(epoch)
-        t0 = time.perf_counter()
-        count = 0
-        for images, labels in loader:
-            if first is None:
-                first = time.perf_counter() - start
-                shape = [list(images.shape), str(images.dtype), str(labels.dtype)]
-            count += len(labels)
-        rates.append(count / (time.perf_counter() - t0))
-    print(json.dumps({"first_batch_s": first, "rates": rates, "images": count, "shape": shape}))
+    set_epoch = getattr(getattr(loader, "dataset", None), "set_epoch", None)
+    times = time_epochs(loader, args.epochs, set_epoch, warmup=0, started=start, count=count)
+    result = {"first_batch_s": times.first_batch_s, "rates": times.rates, "images": times.images[-1]}
+    print(json.dumps({**result, "shape": shape}))
 
 
 # -- the parent: run children, sample their memory ---------------------------------------------
-def tree_pss_kib(pid: int) -> int:
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    stack.extend(int(c) for c in f.read().split())
-        except (OSError, StopIteration):
-            continue
-    return total
-
-
 def run_child(python: str, name: str, workload: str, paths: dict, args: argparse.Namespace) -> dict:
-    cmd = [
-        python,
-        __file__,
-        "--child",
-        name,
-        "--workload",
-        workload,
-        "--paths",
-        json.dumps(paths),
-        "--epochs",
-        str(args.epochs),
-        "--workers",
-        str(args.workers),
-        "--batch",
-        str(args.batch),
-    ]
+    """One contender in a fresh process, the peak PSS of its process tree sampled from outside.
+
+    Reading PSS walks page tables: sampled often, it steals CPU from multi-process loaders (one
+    walk per process) far more than from FFCV's threads, hence ``--memory-interval``."""
+    cmd = [python, __file__, "--child", name, "--workload", workload, "--paths", json.dumps(paths)]
+    cmd += ["--epochs", str(args.epochs), "--workers", str(args.workers), "--batch", str(args.batch)]
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak = [0]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], tree_pss_kib(proc.pid))
-            # Reading smaps_rollup walks page tables: sampled often, it steals CPU from
-            # multi-process loaders (one rollup per process) far more than from FFCV's threads.
-            done.wait(args.memory_interval)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate(timeout=args.timeout)
-    done.set()
-    sampler.join()
-    if proc.returncode != 0:
-        return {"error": err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}"}
-    result = json.loads(out.strip().splitlines()[-1])
-    result["peak_pss_mib"] = peak[0] / 1024
+    run = run_measured(cmd, args.memory_interval, args.timeout, check=False, env=env)
+    if run.returncode != 0:
+        lines = run.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"exit {run.returncode}"}
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    result["peak_pss_mib"] = (run.peak_pss_bytes or run.peak_rss_bytes) / 2**20
     result["warm_rate"] = max(result["rates"][1:]) if len(result["rates"]) > 1 else result["rates"][0]
     return result
 
@@ -368,7 +320,6 @@ def run_child(python: str, name: str, workload: str, paths: dict, args: argparse
 def decode_limit(lmdb: str, batch: int, rounds: int = 2) -> dict[str, float]:
     """The training read in one process, one thread, no DataLoader: img/s per core and the cost of
     each step in microseconds per image (best of ``rounds``)."""
-    sys.path.insert(0, str(REPO))
     import numpy as np
     import simplejpeg
 

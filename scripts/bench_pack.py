@@ -10,7 +10,6 @@ encode, `pickle.dumps((jpeg_bytes, label))` into LMDB, a commit every 1,000 imag
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import pickle  # the naive baseline only; imgpack itself never pickles
@@ -21,13 +20,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from packer.bench.harness import run_measured  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
-from scripts.proctree import run_measured  # noqa: E402
 
 
 def naive_pack(src: Path, out: Path, size: int = 256) -> int:
     import lmdb
-    from PIL import Image
+
+    from packer.bench.prepare import naive_jpeg
 
     classes = sorted(p.name for p in src.iterdir() if p.is_dir())
     env = lmdb.open(str(out), map_size=1 << 40)
@@ -35,12 +35,8 @@ def naive_pack(src: Path, out: Path, size: int = 256) -> int:
     n = 0
     for label, name in enumerate(classes):
         for path in sorted((src / name).iterdir()):
-            img = Image.open(path).convert("RGB")
-            scale = size / min(img.size)
-            img = img.resize((round(img.width * scale), round(img.height * scale)))
-            buffer = io.BytesIO()
-            img.save(buffer, format="JPEG", quality=90)
-            txn.put(f"{n:08d}".encode(), pickle.dumps((buffer.getvalue(), label)))
+            jpeg = naive_jpeg(path, size)
+            txn.put(f"{n:08d}".encode(), pickle.dumps((jpeg, label)))
             n += 1
             if n % 1000 == 0:
                 txn.commit()
@@ -81,11 +77,15 @@ def main() -> int:
     for name in args.only.split(","):
         out = args.work / name
         shutil.rmtree(out, ignore_errors=True)
-        seconds, peak, _ = run_measured(runs[name](out), env=env)
+        run = run_measured(runs[name](out), env=env)
+        seconds, peak = run.seconds, run.peak_rss_bytes
         images = sum(1 for _ in Path(src).rglob("*.jpg"))
+        pss = run.peak_pss_bytes and run.peak_pss_bytes / 1e6
         results[name] = {"seconds": seconds, "images_per_s": images / seconds, "peak_rss_mb": peak / 1e6}
+        results[name]["peak_pss_mb"] = pss
         print(
-            f"{name:9s} {seconds:7.1f} s {images / seconds:8.0f} img/s  peak tree RSS {peak / 1e6:6.0f} MB",
+            f"{name:9s} {seconds:7.1f} s {images / seconds:8.0f} img/s  peak tree RSS {peak / 1e6:6.0f} MB"
+            f"  PSS {pss or float('nan'):6.0f} MB",
             flush=True,
         )
     if "naive" in results:

@@ -7,8 +7,9 @@ Packs the ImageNet-like folder to LMDB at 256 px JPEG, then measures, with 2 wor
 - map:      open_dataset(decode="tensor") with DeterministicSampler in the same DataLoader;
 - batch:    open_iterable(batch_size=64, crop=224): workers decode straight into shared-memory
             batches, DataLoader(batch_size=None) (the images vary in size, so a crop fixes it).
-Workers are persistent (as in training). Also time to first batch (warm-up epoch, including
-starting the workers) and the loader's RSS at the start and end of a timed epoch.
+Workers are persistent (as in training). Also time to first batch (from building the loader,
+starting the workers included) and the peak memory of the loader's process tree (packer.bench's
+harness: the same timer and sampler as ``pack bench``).
 
     python scripts/bench_readers.py --n 2000
 """
@@ -25,16 +26,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
 import simplejpeg  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from packer.engine import pack_folder  # noqa: E402
+from packer.bench.baseline import collate_list  # noqa: E402
+from packer.bench.contenders import batch_path, sample_path  # noqa: E402
+from packer.bench.harness import MemorySampler, time_epochs  # noqa: E402
+from packer.bench.prepare import ensure_packed  # noqa: E402
 from packer.preprocess import PreprocessSpec  # noqa: E402
-from readers import DeterministicSampler, open_dataset, open_iterable  # noqa: E402
+from readers import DeterministicSampler, open_dataset  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
-from scripts.proctree import tree_rss  # noqa: E402
 
 _BLOBS: list[bytes] = []
 
@@ -57,35 +58,20 @@ def decode_limit(blobs: list[bytes], workers: int = 2) -> float:
         return done / (time.perf_counter() - start)
 
 
-def timed_epochs(loader, epochs: int, set_epoch, batch_of=len) -> dict[str, float]:
-    me = psutil.Process()
-    result: dict[str, float] = {}
-    rates = []
-    first_batch = 0.0
-    for epoch in range(epochs + 1):  # epoch 0 warms the page cache and starts the workers
-        set_epoch(epoch)
-        start = time.perf_counter()
-        first = None
-        count = 0
-        rss = []
-        for batch in loader:
-            if first is None:
-                first = time.perf_counter() - start
-            count += batch_of(batch)
-            if count % 640 < 64:
-                rss.append(tree_rss(me))
-        seconds = time.perf_counter() - start
-        if epoch == 0:
-            first_batch = first  # includes starting the (persistent) workers
-        else:
-            rates.append(count / seconds)
-            result = {
-                "images_per_s": float(np.median(rates)),
-                "first_batch_s": first_batch,
-                "rss_start_mb": rss[0] / 1e6,
-                "rss_end_mb": rss[-1] / 1e6,
-            }
-    return result
+def measured(build, epochs: int) -> dict[str, float]:
+    """Median img/s of ``epochs`` timed epochs after a warm-up, first batch (from building the
+    loader, workers included) and the peak memory of the process tree, for ``build()``'s loader."""
+    with MemorySampler() as memory:
+        started = time.perf_counter()
+        loader, set_epoch = build()
+        times = time_epochs(loader, epochs, set_epoch, started=started)
+        del loader  # stops its persistent workers before the next contender
+    return {
+        "images_per_s": times.median,
+        "first_batch_s": times.first_batch_s,
+        "peak_rss_mb": memory.peak_rss / 1e6,
+        "peak_pss_mb": (memory.peak_pss or memory.peak_rss) / 1e6,
+    }
 
 
 def main() -> int:
@@ -101,50 +87,43 @@ def main() -> int:
     )
     args = parser.parse_args()
     src = make_bench_folder(Path(f"/tmp/imgpack-bench/n{args.n}"), args.n)
-    out = Path(f"/tmp/imgpack-bench/readers/lmdb{args.n}")
-    if not (out / "manifest.json").exists():
-        pack_folder(src, out, "lmdb", PreprocessSpec(resize=256), workers=2, force=True)
+    out = ensure_packed(src, f"/tmp/imgpack-bench/readers/lmdb{args.n}", "lmdb", PreprocessSpec(resize=256))
     ds = open_dataset(out, decode="bytes")
     blobs = [ds[i][0] for i in range(len(ds))]
     limit = decode_limit(blobs, args.workers)
     print(f"decode limit ({args.workers} processes): {limit:8.0f} img/s")
 
-    def keep_list(batch):
-        return batch
+    def per_sample():
+        options = {"shuffle": True, "seed": 0, "decode": args.decode}
+        return sample_path(out, args.batch_size, args.workers, collate_list, **options)
 
-    it = open_iterable(out, shuffle=True, seed=0, decode=args.decode)
-    loader = DataLoader(
-        it,
-        batch_size=args.batch_size,
-        num_workers=args.workers,
-        collate_fn=keep_list,
-        persistent_workers=True,
-    )
-    iterable = timed_epochs(loader, args.epochs, it.set_epoch)
-    del loader  # stops its persistent workers before the next contender
-    mapped = open_dataset(out, decode=args.decode)
-    sampler = DeterministicSampler(mapped, seed=0)
-    map_loader = DataLoader(
-        mapped,
-        persistent_workers=True,
-        batch_size=args.batch_size,
-        sampler=sampler,
-        num_workers=args.workers,
-        collate_fn=keep_list,
-    )
-    map_style = timed_epochs(map_loader, args.epochs, sampler.set_epoch)
-    del map_loader
-    batch_it = open_iterable(out, shuffle=True, seed=0, batch_size=args.batch_size, crop=224)
-    batch_loader = DataLoader(batch_it, batch_size=None, num_workers=args.workers, persistent_workers=True)
-    batched = timed_epochs(batch_loader, args.epochs, batch_it.set_epoch, batch_of=lambda b: len(b[0]))
-    del batch_loader
+    def map_style():
+        mapped = open_dataset(out, decode=args.decode)
+        sampler = DeterministicSampler(mapped, seed=0)
+        loader = DataLoader(
+            mapped,
+            persistent_workers=True,
+            batch_size=args.batch_size,
+            sampler=sampler,
+            num_workers=args.workers,
+            collate_fn=collate_list,
+        )
+        return loader, sampler.set_epoch
+
+    def batches():
+        return batch_path(out, args.batch_size, args.workers, shuffle=True, seed=0, crop=224)
+
+    iterable = measured(per_sample, args.epochs)
+    map_style_ = measured(map_style, args.epochs)
+    batched = measured(batches, args.epochs)
     # The limit is measured before and after the readers; the higher figure is the bar.
     limit = max(limit, decode_limit(blobs, args.workers))
     print(f"decode limit, best of two runs: {limit:8.0f} img/s")
-    for name, r in (("iterable", iterable), ("map", map_style), ("batch", batched)):
+    for name, r in (("iterable", iterable), ("map", map_style_), ("batch", batched)):
         print(
             f"{name:9s} {r['images_per_s']:8.0f} img/s = {r['images_per_s'] / limit:.2f}x limit, "
-            f"first batch {r['first_batch_s']:.2f} s, RSS {r['rss_start_mb']:.0f} -> {r['rss_end_mb']:.0f} MB"
+            f"first batch {r['first_batch_s']:.2f} s, peak PSS {r['peak_pss_mb']:.0f} MB "
+            f"(RSS {r['peak_rss_mb']:.0f} MB)"
         )
     return 0
 

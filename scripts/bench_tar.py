@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import resource
@@ -29,6 +28,9 @@ import simplejpeg  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
+
+from packer.bench.contenders import batch_path  # noqa: E402
+from packer.bench.harness import EpochTimes, time_epoch  # noqa: E402
 
 SIZE = 256
 BATCH = 64
@@ -53,6 +55,8 @@ def pack_webdataset(src: Path, out: Path, per_shard: int) -> float:
     """What a user would write by hand: one process, Pillow all the way, ShardWriter."""
     import webdataset as wds
 
+    from packer.bench.prepare import naive_jpeg
+
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     started = time.perf_counter()
@@ -61,15 +65,8 @@ def pack_webdataset(src: Path, out: Path, per_shard: int) -> float:
         index = 0
         for label, name in enumerate(classes):
             for path in sorted((src / name).iterdir()):
-                with Image.open(path) as img:
-                    img = img.convert("RGB")
-                    scale = SIZE / min(img.size)
-                    img = img.resize((round(img.width * scale), round(img.height * scale)), Image.BILINEAR)
-                    left, top = (img.width - SIZE) // 2, (img.height - SIZE) // 2
-                    img = img.crop((left, top, left + SIZE, top + SIZE))
-                    buffer = io.BytesIO()
-                    img.save(buffer, format="JPEG", quality=90)
-                sink.write({"__key__": f"s{index:09d}", "jpg": buffer.getvalue(), "cls": label})
+                jpeg = naive_jpeg(path, SIZE, SIZE, Image.BILINEAR)
+                sink.write({"__key__": f"s{index:09d}", "jpg": jpeg, "cls": label})
                 index += 1
     return time.perf_counter() - started
 
@@ -128,23 +125,22 @@ def webdataset_loader(root: Path, shuffle: bool) -> DataLoader:
 
 
 def imgpack_loader(root: Path, shuffle: bool) -> DataLoader:
-    from readers import open_iterable
+    return batch_path(root, BATCH, WORKERS, shuffle=shuffle, seed=0, layout="HWC")[0]
 
-    it = open_iterable(root, shuffle=shuffle, seed=0, batch_size=BATCH, layout="HWC")
-    return DataLoader(it, batch_size=None, num_workers=WORKERS)
+
+def checked_count(batch) -> int:
+    images, labels = batch
+    assert images.dtype == torch.uint8 and images.shape[1:] == (SIZE, SIZE, 3), images.shape
+    return len(labels)
 
 
 def epoch_rate(make_loader, root: Path, shuffle: bool, epochs: int) -> tuple[float, int]:
-    rates = []
-    for _ in range(epochs + 1):  # the first epoch warms the page cache and imports
-        loader = make_loader(root, shuffle)
-        started = time.perf_counter()
-        n = 0
-        for images, labels in loader:
-            assert images.dtype == torch.uint8 and images.shape[1:] == (SIZE, SIZE, 3)
-            n += len(labels)
-        rates.append(n / (time.perf_counter() - started))
-    return statistics.median(rates[1:]), n
+    """Median img/s over ``epochs`` epochs, each with a new loader, after one warm-up epoch (page
+    cache, imports); and the images of the last epoch."""
+    times = EpochTimes()
+    for _ in range(epochs + 1):
+        time_epoch(make_loader(root, shuffle), times, time.perf_counter(), checked_count)
+    return times.median, times.images[-1]
 
 
 def main() -> None:

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -27,27 +25,24 @@ import simplejpeg  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from packer.bench.contenders import batch_path  # noqa: E402
+from packer.bench.harness import take_turns  # noqa: E402
+from packer.bench.prepare import ensure_packed  # noqa: E402
+
 BATCH = 64
 WORKERS = 2
 
 
 def pack(src: Path, out: Path, fmt: str, encode: str) -> Path:
-    from packer.engine import pack_folder
     from packer.preprocess import PreprocessSpec
 
-    target = out / f"{fmt}-{encode}"
-    if not (target / "manifest.json").exists():
-        spec = PreprocessSpec(resize=256, crop=224, encode=encode)
-        pack_folder(src, target, fmt, spec, workers=2, options={"samples_per_shard": 1000}, force=True)
-    return target
+    spec = PreprocessSpec(resize=256, crop=224, encode=encode)
+    return ensure_packed(src, out / f"{fmt}-{encode}", fmt, spec, options={"samples_per_shard": 1000})
 
 
 def imgpack_loader(root: Path, check_crc: bool = True) -> DataLoader:
-    from readers import open_iterable
-
     options = {"check_crc": False} if not check_crc else None
-    it = open_iterable(root, shuffle=False, batch_size=BATCH, layout="HWC", reader_options=options)
-    return DataLoader(it, batch_size=None, num_workers=WORKERS, persistent_workers=True)
+    return batch_path(root, BATCH, WORKERS, shuffle=False, layout="HWC", reader_options=options)[0]
 
 
 def _decode(example: dict) -> tuple[np.ndarray, int]:
@@ -75,18 +70,6 @@ def tfrecord_package_loader(root: Path) -> DataLoader:
     return DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=_collate, persistent_workers=True)
 
 
-def rates(loaders: dict[str, DataLoader], epochs: int) -> dict[str, float]:
-    seen: dict[str, list[float]] = {name: [] for name in loaders}
-    for epoch in range(epochs + 1):
-        for name, loader in loaders.items():
-            started, count = time.perf_counter(), 0
-            for images, _ in loader:
-                count += len(images)
-            if epoch:
-                seen[name].append(count / (time.perf_counter() - started))
-    return {name: statistics.median(r) for name, r in seen.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--src", type=Path, required=True, help="an image folder (make_bench_data.py)")
@@ -104,7 +87,7 @@ def main() -> None:
         }
         if encode == "jpeg":
             loaders["tfrecord package + simplejpeg"] = tfrecord_package_loader(tfr)
-        measured = rates(loaders, args.epochs)
+        measured = {name: times.median for name, times in take_turns(loaders, args.epochs).items()}
         base = measured["imgpack tfrecord"]
         for name, rate in measured.items():
             print(f"{encode:5s} {name:36s} {rate:9.0f} img/s  {rate / base:5.2f}x imgpack tfrecord")

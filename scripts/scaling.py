@@ -3,7 +3,7 @@
 
 For each size N (``--sizes``, default 1000,10000; add 100000 on a machine with the time): make a
 deterministic ImageNet-like folder (scripts/make_bench_data.py), pack it, then read it once in a
-fresh process (``packer.bench.measure_isolated``). Expected: packing time and disk grow linearly
+fresh process (``packer.bench.run.measure_isolated``). Expected: packing time and disk grow linearly
 with N; the reader's start-up (open + first batch), its throughput and its memory stay flat.
 
     python scripts/scaling.py --sizes 1000,10000 --size 160x120 --resize 128 --crop 112 \\
@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from packer.bench import MemorySampler, Settings, Target, folder_bytes, measure_isolated  # noqa: E402
+from packer.bench.harness import MemorySampler, folder_bytes  # noqa: E402
+from packer.bench.model import Settings, Target  # noqa: E402
+from packer.bench.run import measure_isolated  # noqa: E402
 from packer.engine import pack_folder  # noqa: E402
 from packer.preprocess import PreprocessSpec  # noqa: E402
 from scripts.make_bench_data import _parse_size, make_bench_folder  # noqa: E402

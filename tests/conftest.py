@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
 sys.path.insert(0, str(REPO))  # tests import scripts/ and tests/badinput.py by path
 
-from tests.s3server import s3  # noqa: E402, F401 - the moto S3 server fixture, for any test module
+from tests.s3server import s3  # noqa: E402,F401 - the moto S3 server fixture, for every test file
 
 
 def cli_env() -> dict[str, str]:

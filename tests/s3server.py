@@ -1,13 +1,13 @@
-"""A real S3-compatible server (moto) on 127.0.0.1 for the tests that read or write s3:// URLs.
-
-``s3`` is registered as a fixture in conftest.py; one server per test module.
-"""
+"""A real S3-compatible server (moto) on 127.0.0.1 for the tests that read or write s3:// URLs."""
 
 from __future__ import annotations
 
 import os
 import socket
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -20,9 +20,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def s3():
-    """A moto S3 server on 127.0.0.1 for this module; yields (s3fs filesystem, storage_options)."""
+@contextmanager
+def moto_s3(bucket: str = BUCKET) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """A moto S3 server on 127.0.0.1 holding an empty ``bucket``: (s3fs filesystem, storage_options)."""
     from moto.server import ThreadedMotoServer
 
     saved = {
@@ -37,13 +37,14 @@ def s3():
     try:
         import s3fs
 
+        # moto keeps its buckets in this process, across servers: start from an empty store.
+        reset = f"http://127.0.0.1:{port}/moto-api/reset"
+        urllib.request.urlopen(urllib.request.Request(reset, method="POST"), timeout=30).close()
+
         # The region comes from AWS_DEFAULT_REGION: a us-east-1 bucket takes no LocationConstraint.
         options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
-        # moto keeps its buckets per Python process, not per server: start each module empty.
-        reset = urllib.request.Request(f"http://127.0.0.1:{port}/moto-api/reset", method="POST")
-        urllib.request.urlopen(reset, timeout=30).close()
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-        fs.mkdir(BUCKET)
+        fs.mkdir(bucket)
         yield fs, options
     finally:
         server.stop()
@@ -52,3 +53,10 @@ def s3():
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on 127.0.0.1 for this module; yields (s3fs filesystem, storage_options)."""
+    with moto_s3() as server:
+        yield server

@@ -10,18 +10,15 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import SAMPLE_DATA, run_cli
+from conftest import REPO, SAMPLE_DATA, run_cli
 from PIL import Image
 
-from packer.bench import (
-    BASELINE_NAME,
-    BenchReport,
-    MemorySampler,
-    Settings,
-    run_bench,
-)
-from packer.bench_baseline import ImageFolderBaseline
-from packer.bench_report import format_markdown, format_text, plot_report
+from packer.bench.baseline import ImageFolderBaseline
+from packer.bench.harness import BenchError, MemorySampler, run_measured, take_turns, time_epochs
+from packer.bench.model import BASELINE_NAME, BenchReport, Settings
+from packer.bench.plot import plot_report
+from packer.bench.report import format_markdown, format_text
+from packer.bench.run import run_bench
 from packer.cli import main
 from readers import open_dataset
 from readers.manifest import read_manifest
@@ -126,12 +123,35 @@ def test_baseline_gives_the_packed_output(fixed_ds):
     assert np.median(diffs) < 8, diffs
 
 
+ALLOCATE = "import time; x = bytearray(300_000_000); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.5)"
+
+
 def test_memory_sampler_counts_child_processes():
     with MemorySampler(interval=0.01) as sampler:
         own = sampler.process.memory_info().rss
-        code = "import time; x = bytearray(300_000_000); x[::4096] = b'1' * len(x[::4096]); time.sleep(0.5)"
-        subprocess.run([sys.executable, "-c", code], check=True)
+        subprocess.run([sys.executable, "-c", ALLOCATE], check=True)
     assert sampler.peak_rss >= own + 250_000_000
+
+
+def test_run_measured_samples_the_command_tree_from_outside():
+    # the command's child allocates: the tree, not only the command's own process, is sampled
+    spawn = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {ALLOCATE!r}], check=True)"
+    run = run_measured([sys.executable, "-c", spawn], interval=0.01)
+    assert run.returncode == 0 and run.seconds >= 0.5
+    assert run.peak_rss_bytes >= 250_000_000
+    assert run.peak_pss_bytes is None or 250_000_000 <= run.peak_pss_bytes <= run.peak_rss_bytes
+    with pytest.raises(BenchError, match="exit 3"):
+        run_measured([sys.executable, "-c", "import sys; sys.exit(3)"])
+
+
+def test_epoch_timer_counts_batches_and_takes_turns():
+    times = time_epochs([(None, [0, 1, 2]), (None, [3])], epochs=2, warmup=1)
+    assert times.images == [4, 4, 4] and len(times.rates) == 2 and times.first_batch_s >= 0
+    seen: list[tuple[str, int]] = []
+    loaders = {"a": [(None, [0])] * 3, "b": [(None, [0, 1])]}
+    turns = take_turns(loaders, epochs=1, set_epochs={"a": lambda e: seen.append(("a", e))})
+    assert {name: t.images for name, t in turns.items()} == {"a": [3, 3], "b": [2, 2]}
+    assert seen == [("a", 0), ("a", 1)]
 
 
 def test_cli_markdown_json_plot_and_per_sample_path(packed, tmp_path):
@@ -223,3 +243,13 @@ def test_scaling_script_small_sizes(tmp_path):
         assert point["read_path"] == "batch" and point["pack_peak_rss_bytes"] > 0
     with Image.open(out_png) as img:
         assert img.format == "PNG" and img.width > 800
+
+
+def test_harness_imports_only_the_standard_library():
+    # scripts/bench_fastpath.py times FFCV in FFCV's own Python with this module
+    code = (
+        "import sys, packer.bench.harness; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'torch', 'psutil', 'PIL'}))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"

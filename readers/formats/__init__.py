@@ -38,12 +38,16 @@ def reader_class(format_name: str) -> type[FormatReader]:
 def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -> FormatReader:
     """The reader for the packed dataset at ``path`` (format detected from its manifest).
 
-    ``path`` may be an fsspec URL for formats that read remotely (tar). ``options`` go to the
-    format's reader (tar: ``cache_dir``, ``cache_size``, ``storage_options``).
+    ``path`` may be an fsspec URL (``s3://bucket/ds``); ``options`` go to the format's reader:
+    every reader takes ``storage_options``, ``cache_dir`` and ``cache_size`` for remote datasets
+    (see readers.remote_parts), some take more (tfrecord: ``check_crc``).
     """
     manifest: Manifest = read_manifest(path, options.get("storage_options"))
     cls = reader_class(manifest.format)
-    accepted = inspect.signature(cls.__init__).parameters
+    # A reader's own options and, through super().__init__, the remote ones every reader takes.
+    params = [*inspect.signature(cls.__init__).parameters.values()]
+    params += inspect.signature(FormatReader.__init__).parameters.values()
+    accepted = {p.name for p in params if p.kind is not p.VAR_KEYWORD}
     unknown = sorted(k for k in options if k not in accepted)
     if unknown:
         names = ", ".join(unknown)
@@ -57,7 +61,7 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     if verify:
         manifest.check_seal()
     reader = cls(path, manifest, verify=verify, **options)
-    if not (isinstance(path, str) and "://" in path):
+    if not reader.remote:  # remote parts are checked as they are downloaded, on first use
         reader.check_parts()
     return reader
 

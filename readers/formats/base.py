@@ -18,6 +18,8 @@ from readers.errors import ChecksumError, ManifestError
 from readers.manifest import Manifest
 from readers.paths import inside
 from readers.record import Record
+from readers.remote import is_url
+from readers.remote_parts import RemoteParts
 
 # Indices closer than this are read as one block and the unused records in between dropped:
 # one sequential read beats several small ones.
@@ -72,8 +74,22 @@ class FormatReader:
     # Datasets packed with an older format_version than this are refused with a re-pack hint.
     oldest_format_version: ClassVar[int] = 1
 
-    def __init__(self, root: str | os.PathLike, manifest: Manifest, verify: bool = False):
-        self.root = root if isinstance(root, str) and "://" in root else Path(root)
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        manifest: Manifest,
+        verify: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        cache_size: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ):
+        self.remote = is_url(root)
+        if cache_dir is not None and not self.remote:
+            raise ValueError(f"{root}: cache_dir is for datasets behind a URL; this one is local")
+        self.root = root if self.remote else Path(root)
+        # Behind a URL: parts are fetched through this (see readers.remote_parts).
+        self.parts = RemoteParts(str(root), storage_options, cache_dir, cache_size) if self.remote else None
+        self.cache_dir = cache_dir
         self.manifest = manifest
         self.verify = verify
         self._handles: dict[Any, Any] = {}
@@ -85,6 +101,23 @@ class FormatReader:
 
         Called by ``open_reader`` for local datasets; formats override it.
         """
+
+    def location(self, name: str) -> str:
+        """Where part ``name`` lives, for messages: its URL, or its path in the dataset directory."""
+        return self.parts.url(name) if self.parts is not None else str(self.part_path(name))
+
+    def local_file(self, shard: Any) -> str:
+        """A local path of the file the manifest checksums for ``shard``: in the dataset directory,
+        or (behind a URL) its copy in the part cache, downloaded and checked against the
+        manifest's size and sha256 first."""
+        if self.parts is None:
+            return str(self.checksum_path(shard))
+        name, size = self.checksum_name(shard), self.checksum_size(shard)
+        path = self.parts.local(name, size, shard.sha256, self.verify)
+        if self.verify:  # checked by the cache (once per process): check_sha256 need not hash it again
+            st = os.stat(path)
+            self._sha_checked.add((os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        return str(path)
 
     def part_path(self, name: str) -> Path:
         """``root / name`` for a name from the manifest or an index, refused if it leaves the dataset."""
@@ -185,9 +218,17 @@ class FormatReader:
         self.check_labels(table[:, 0], where)
         return np.repeat(table[:, 0], table[:, 1])
 
+    def checksum_name(self, shard: Any) -> str:
+        """The name (relative to the root) of the file whose sha256 the manifest records for ``shard``."""
+        return shard.file
+
+    def checksum_size(self, shard: Any) -> int | None:
+        """The size of that file, as the manifest records it (None where it does not)."""
+        return shard.bytes
+
     def checksum_path(self, shard) -> Path:
-        """The file whose sha256 the manifest records for ``shard``."""
-        return self.part_path(shard.file)
+        """The file whose sha256 the manifest records for ``shard`` (local datasets)."""
+        return self.part_path(self.checksum_name(shard))
 
     def _open(self, key: Any) -> Any:
         """Open the handle called ``key`` (a shard position, say) in this process."""

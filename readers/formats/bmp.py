@@ -63,13 +63,13 @@ class BmpIndex:
     """Every sample's file and metadata as NumPy arrays (compact, shared copy-on-write after fork)."""
 
     def __init__(self, reader: BmpReader) -> None:
-        root, manifest = Path(reader.root), reader.manifest
+        root, manifest = reader.root, reader.manifest
         names: list[str] = []
         tables = [np.zeros((0, 6), np.int64)]
         for shard in manifest.shards:
-            path = reader.part_path(shard.file)
+            path = Path(reader.local_file(shard))  # behind a URL: the index's copy in the cache
             if path.is_file():
-                reader.check_sha256(path, shard.sha256, str(path))
+                reader.check_sha256(path, shard.sha256, reader.location(shard.file))
             header, rows = read_index(path)
             if header.get("count") != shard.count or len(rows) != shard.count:
                 raise ManifestError(
@@ -94,7 +94,10 @@ class BmpIndex:
         encoded = [os.fsencode(n) for n in names]
         self.ends = np.cumsum([0] + [len(n) for n in encoded], dtype=np.int64)
         self.names = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        self.root = os.fsencode(root) + b"/"
+        self.root = os.fsencode(str(root).rstrip("/")) + b"/"
+        self.dir_fd = -1
+        if reader.remote:  # files are fetched by URL, one request each (BmpReader.read)
+            return
         # Files are opened relative to the directory as it was when the index was read: a
         # `pack --force` swaps a new dataset in under the same path, and this index must never
         # be paired with the new files (the old ones are deleted, so reads then fail clearly).
@@ -135,9 +138,10 @@ class BmpReader(FormatReader):
     merge_gap = 1  # one file per image: reading the files in a gap would only throw them away
     oldest_format_version = 2  # the index's crc32 covers label and shape since format_version 2
 
-    def __init__(self, root, manifest, verify: bool = False):
-        super().__init__(root, manifest, verify)
-        self._index: BmpIndex | None = None
+    _index: BmpIndex | None = None  # parsed on first use
+
+    def checksum_size(self, shard) -> None:
+        return None  # a shard's ``bytes`` counts its images, not its index file
 
     @property
     def index(self) -> BmpIndex:
@@ -165,9 +169,12 @@ class BmpReader(FormatReader):
         idx = self.index
         where = self.describe(index)
         try:
-            fd = idx.open(index, where)
-            with open(fd, "rb", buffering=0) as fh:
-                data = fh.readall()
+            if self.parts is not None:
+                data = self.parts.read(os.fsdecode(idx.name(index)))
+            else:
+                fd = idx.open(index, where)
+                with open(fd, "rb", buffering=0) as fh:
+                    data = fh.readall()
         except FileNotFoundError:
             raise ManifestError(
                 f"{where}: file of the BMP cache is missing (re-packed with --force while open? open "
@@ -177,7 +184,9 @@ class BmpReader(FormatReader):
             raise ManifestError(f"{where}: cannot read it ({exc.strerror}); fix it or re-pack") from None
         height, width, channels = idx.shapes[index].tolist()
         label = int(idx.labels[index])
-        if self.verify and (
+        # Remote files are always checked: no sha256 covers them, and the CRC costs little next
+        # to a request.
+        if (self.verify or self.parts is not None) and (
             len(data) != idx.sizes[index]
             or record_crc(data, label, height, width, channels, "bmp") != idx.crc[index]
         ):

@@ -138,12 +138,12 @@ class Hdf5Reader(FormatReader):
 
     def _part(self, shard: int, **kwargs: Any) -> Hdf5Part:
         entry = self.manifest.shards[shard]
-        path = self.part_path(entry.file)
-        if path.is_file():
-            self.check_sha256(path, entry.sha256, str(path))
-        part = Hdf5Part(os.fspath(path), entry.count, self.manifest.encoding, **kwargs)
+        path, where = self.local_file(entry), self.location(entry.file)
+        if os.path.isfile(path):
+            self.check_sha256(path, entry.sha256, where)
+        part = Hdf5Part(path, entry.count, self.manifest.encoding, **kwargs)
         try:
-            self.check_labels(part.labels, f"{path}: 'labels'")
+            self.check_labels(part.labels, f"{where}: 'labels'")
         except BaseException:
             part.close()
             raise
@@ -203,7 +203,7 @@ class Hdf5Reader(FormatReader):
         # A short-lived handle: a file opened here and inherited by forked workers is avoided.
         parts = []
         for entry in self.manifest.shards:
-            with open_h5(self.part_path(entry.file)) as fh:
+            with open_h5(self.local_file(entry)) as fh:
                 parts.append(fh["labels"][:])
         labels = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
         self.check_labels(labels, f"{self.root}: 'labels'")

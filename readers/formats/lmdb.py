@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import struct
+from pathlib import Path
 
 import lmdb
 import numpy as np
@@ -66,7 +67,9 @@ _ENVS: dict[tuple, lmdb.Environment] = {}
 _ENVS_PID = os.getpid()
 
 
-def shared_env(path: str) -> lmdb.Environment:
+def shared_env(data_file: str) -> lmdb.Environment:
+    """The read-only environment whose data file is ``data_file`` (an environment's ``data.mdb``,
+    or a part's copy in the remote cache), opened once per process."""
     global _ENVS_PID
     if _ENVS_PID != os.getpid():
         for env in _ENVS.values():
@@ -76,12 +79,18 @@ def shared_env(path: str) -> lmdb.Environment:
                 pass
         _ENVS.clear()
         _ENVS_PID = os.getpid()
-    st = os.stat(os.path.join(path, "data.mdb"))
-    key = (os.path.realpath(path), st.st_dev, st.st_ino)
+    st = os.stat(data_file)
+    key = (os.path.realpath(data_file), st.st_dev, st.st_ino)
     env = _ENVS.get(key)
     if env is None:
         env = _ENVS[key] = lmdb.open(
-            path, readonly=True, lock=False, readahead=False, meminit=False, max_readers=2048
+            data_file,
+            subdir=False,  # the data file itself: no lock file (lock=False) is needed next to it
+            readonly=True,
+            lock=False,
+            readahead=False,
+            meminit=False,
+            max_readers=2048,
         )
     return env
 
@@ -99,26 +108,26 @@ class LmdbReader(FormatReader):
     merge_gap = 1  # B-tree lookups in a memory map: reading the records in between buys nothing
     oldest_format_version = 2  # record checksums cover the header since format_version 2
 
-    def checksum_path(self, shard):
-        return self.part_path(shard.file + "/data.mdb")
+    def checksum_name(self, shard) -> str:
+        return shard.file + "/data.mdb"
 
     def check_parts(self) -> None:
         for shard in self.manifest.shards:
             self._check_env(shard)
 
     def _check_env(self, shard) -> str:
-        """The environment directory of ``shard``, after checking its data.mdb against the manifest."""
-        path = self.part_path(shard.file)
-        data = self.checksum_path(shard)
-        if not data.is_file():
+        """The data.mdb of ``shard`` (local, or downloaded into the cache), checked against the manifest."""
+        path = Path(self.local_file(shard))
+        data = self.location(self.checksum_name(shard))  # for messages: the path or the URL
+        if not path.is_file():
             raise ManifestError(f"{data}: LMDB environment listed in the manifest is missing; re-pack")
-        size = data.stat().st_size
+        size = path.stat().st_size
         if size != shard.bytes:
             raise ManifestError(
                 f"{data}: holds {size} bytes, the manifest says {shard.bytes} (truncated or replaced); "
                 "copy it again or re-pack the dataset"
             )
-        needed, entries = env_extent(str(data), str(data))
+        needed, entries = env_extent(str(path), data)
         if needed > size:
             raise ManifestError(f"{data}: truncated, LMDB needs {needed} bytes, the file has {size}; re-pack")
         if entries != shard.count + 1:  # the samples and meta/labels
@@ -131,7 +140,7 @@ class LmdbReader(FormatReader):
     def _open(self, shard: int):
         entry = self.manifest.shards[shard]
         path = self._check_env(entry)
-        self.check_sha256(self.checksum_path(entry), entry.sha256, path)
+        self.check_sha256(path, entry.sha256, self.location(self.checksum_name(entry)))
         env = shared_env(path)
         # One long read transaction per environment and process: values come back as zero-copy
         # memoryviews into the memory map and stay valid while it is open.

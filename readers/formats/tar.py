@@ -11,8 +11,8 @@ On-disk layout (shared with the writer in packer/formats/tar.py):
   member, in archive order. imgpack parses it once per process and reads a sample, or a block of
   consecutive samples, with one ``pread`` of the byte range covering their members.
 
-Shards can also live behind any fsspec URL (see readers/remote.py): read with ranged requests,
-or downloaded whole into a local ``cache_dir`` and read from there.
+Shards can also live behind any fsspec URL (see readers/remote_parts.py): read with ranged
+requests, or (with a ``cache_dir``) downloaded whole into it and read from there.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file, sha256_of
-from readers.manifest import Manifest, Shard
+from readers.manifest import Shard
 from readers.record import Record
-from readers.remote import ShardCache, is_url, join_url, remote_call, url_fs
+from readers.remote import remote_call
 
 INDEX_VERSION = "v1.2"
 BLOCK = 512
@@ -168,27 +168,7 @@ class _OpenShard:
 class TarReader(FormatReader):
     name = "tar"
 
-    def __init__(
-        self,
-        root: str | os.PathLike,
-        manifest: Manifest,
-        verify: bool = False,
-        cache_dir: str | os.PathLike | None = None,
-        cache_size: int | None = None,
-        storage_options: dict[str, Any] | None = None,
-    ):
-        super().__init__(root, manifest, verify)
-        self.remote = is_url(root)
-        if cache_dir is not None and not self.remote:
-            raise ValueError(f"{root}: cache_dir is for datasets behind a URL; this one is local")
-        self.cache_dir = cache_dir
-        self.cache_size = cache_size
-        self.storage_options = dict(storage_options or {})
-
     # -- where things are ---------------------------------------------------------------------
-    def location(self, name: str) -> str:
-        return join_url(str(self.root), name) if self.remote else str(self.part_path(name))
-
     def check_parts(self) -> None:
         """Each shard's index lists the manifest's sample count (shards are checked when opened,
         so the others of a dataset with one damaged shard stay readable)."""
@@ -206,24 +186,18 @@ class TarReader(FormatReader):
                 )
 
     def checksum_path(self, shard: Shard):
-        return self.location(shard.file)
+        return self.location(shard.file)  # tar shards may be read remotely by ranges, uncached
 
     # -- opening a shard ----------------------------------------------------------------------
-    def _open(self, position: int | str) -> Any:
-        if position == "fs":  # the fsspec filesystem, made in the process that reads
-            return url_fs(str(self.root), self.storage_options)
-        if position == "cache":  # opened (and cleaned) once per process
-            return ShardCache(self.cache_dir, self.cache_size)
+    def _open(self, position: int) -> Any:
         shard = self.manifest.shards[position]
         where = self.location(shard.file)
-        if not self.remote:
+        if self.parts is None:
             return self._open_local(shard, where)
-        fs, root_path = self.handle("fs")
-        remote = join_url(root_path, shard.file)
-        if self.cache_dir is not None:
-            cache = self.handle("cache")
-            local = cache.get(fs, remote, where, shard.bytes, shard.sha256, verify=self.verify)
-            return self._open_local(shard, where, local_path=str(local), verified=True)
+        if self.cache_dir is not None:  # whole shards in the cache; else ranged requests
+            return self._open_local(shard, where, local_path=self.local_file(shard), verified=True)
+        fs, _ = self.parts.fs
+        remote = self.parts.remote_path(shard.file)
         if self.verify:
             actual = remote_call(where, "reading", lambda: sha256_of(fs.open(remote, "rb")))
             self._check_sha(shard, where, actual)
@@ -232,13 +206,13 @@ class TarReader(FormatReader):
 
     def _open_local(self, shard: Shard, where: str, local_path: str = "", verified: bool = False):
         path = local_path or where
-        fd, index = open_shard_file(
-            path,
-            shard,
-            self.verify and not verified,
-            lambda: self._load_index(shard, where, lambda: open(path, "rb")),
-            where,
-        )
+
+        def load_index() -> ShardIndex:
+            if not verified:  # hashed once per process (pack verify has done it already)
+                self.check_sha256(path, shard.sha256, where)
+            return self._load_index(shard, where, lambda: open(path, "rb"))
+
+        fd, index = open_shard_file(path, shard, False, load_index, where)
         return _OpenShard(index, fd=fd)
 
     def _check_sha(self, shard: Shard, where: str, actual: str) -> None:
@@ -251,14 +225,11 @@ class TarReader(FormatReader):
     def _load_index(self, shard: Shard, where: str, open_tar) -> ShardIndex:
         idx_where = self.location(index_name(shard.file))
         try:
-            if self.remote:
-                fs, root_path = self.handle("fs")
-                remote_index = join_url(root_path, index_name(shard.file))
+            if self.parts is not None:
                 if self.cache_dir is not None:
-                    text = self.handle("cache").index_text(fs, remote_index, idx_where, shard.sha256)
+                    text = self.parts.index_text(index_name(shard.file), shard.sha256)
                 else:
-                    raw = remote_call(idx_where, "reading", fs.cat_file, remote_index)
-                    text = raw.decode("ascii", "replace")
+                    text = self.parts.read(index_name(shard.file)).decode("ascii", "replace")
             else:
                 with open(idx_where, encoding="ascii", errors="replace") as fh:
                     text = fh.read()

@@ -171,31 +171,46 @@ class TfrecordReader(FormatReader):
     name = "tfrecord"
 
     def __init__(
-        self, root: str | os.PathLike, manifest: Manifest, verify: bool = False, check_crc: bool = True
+        self,
+        root: str | os.PathLike,
+        manifest: Manifest,
+        verify: bool = False,
+        check_crc: bool = True,
+        **remote: Any,
     ):
-        super().__init__(root, manifest, verify)
+        super().__init__(root, manifest, verify, **remote)
         self.check_crc = check_crc or verify
 
     def _open(self, position: int) -> _OpenShard:
         shard = self.manifest.shards[position]
-        fd, (offsets, sizes) = open_shard_file(
-            str(self.root / shard.file), shard, self.verify, lambda: self._load_index(shard)
-        )
+        path, where = self.local_file(shard), self.location(shard.file)
+
+        def load_index() -> tuple[np.ndarray, np.ndarray]:
+            self.check_sha256(path, shard.sha256, where)  # once per process, under verify
+            return self._load_index(shard, path)
+
+        fd, (offsets, sizes) = open_shard_file(path, shard, False, load_index, where)
         return _OpenShard(fd, offsets, sizes)
 
-    def _load_index(self, shard: Shard) -> tuple[np.ndarray, np.ndarray]:
-        path = self.root / shard.file
-        idx = self.root / index_name(shard.file)
+    def _index_text(self, shard: Shard) -> str:
+        name = index_name(shard.file)
+        if self.parts is not None:
+            return self.parts.index_text(name, shard.sha256)
+        return self.part_path(name).read_text("ascii")
+
+    def _load_index(self, shard: Shard, local_path: str) -> tuple[np.ndarray, np.ndarray]:
+        path = self.location(shard.file)
+        idx = self.location(index_name(shard.file))
         try:
-            offsets, sizes = parse_index(idx.read_text("ascii"), str(idx))
+            offsets, sizes = parse_index(self._index_text(shard), idx)
         except FileNotFoundError:
             warnings.warn(
                 f"{idx}: index missing; rebuilding it from the shard (slow); "
                 f"write it back with `pack reindex {self.root}`",
                 stacklevel=4,
             )
-            with open(path, "rb") as fh:
-                offsets, sizes = map(np.asarray, scan_records(fh, str(path)))
+            with open(local_path, "rb") as fh:
+                offsets, sizes = map(np.asarray, scan_records(fh, path))
         if len(offsets) != shard.count:
             raise ManifestError(
                 f"{idx}: lists {len(offsets)} records, the manifest {shard.count}; "
@@ -216,7 +231,7 @@ class TfrecordReader(FormatReader):
         base = int(opened.offsets[a])
         length = int(opened.offsets[b - 1] + opened.sizes[b - 1]) - base
         data = os.pread(opened.fd, length, base)
-        path = self.root / shard.file
+        path = self.location(shard.file)
         if len(data) != length:
             raise ManifestError(f"{path}: shard is truncated (short read at byte {base}); copy it again")
         view = memoryview(data)

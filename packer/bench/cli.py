@@ -99,8 +99,10 @@ def bench(
     \b
     pack bench train.lmdb train.h5 --baseline ~/data/train --workers 0,2,4 --plot bench.png
     """
-    from packer.bench import Settings, run_bench
-    from packer.bench_report import format_markdown, format_text, plot_report
+    from packer.bench.model import Settings
+    from packer.bench.plot import plot_report
+    from packer.bench.report import format_markdown, format_text
+    from packer.bench.run import run_bench
 
     if plot_path:
         try:
