@@ -47,6 +47,8 @@ def start_s3() -> tuple[subprocess.Popen, object, dict]:
 
     options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+    # moto answers a rare 500 under many concurrent requests; retry those as one would for S3.
+    options["config_kwargs"] = {"retries": {"max_attempts": 5, "mode": "standard"}}
     for _ in range(200):
         try:
             fs.mkdir(BUCKET)
