@@ -105,7 +105,13 @@ class RemoteOutput:
         On ``resume`` of an interrupted pack, its progress file is put into the staging folder."""
         staging = staging_folder(self.url)
         staging.mkdir(parents=True, exist_ok=True)
-        lock = OutputLock(staging)
+        try:
+            lock = OutputLock(staging)
+        except ImgpackError:
+            raise ImgpackError(
+                f"{self.url}: another pack on this machine is writing this output right now; wait for "
+                "it to finish (or stop it) before packing here again"
+            ) from None
         try:
             for entry in list(staging.iterdir()):  # what a killed run on this machine left
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()

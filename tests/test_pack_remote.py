@@ -187,3 +187,20 @@ def test_credentials_never_reach_the_error(tmp_path):
     bad = CliRunner().invoke(main, ["imagefolder", str(SAMPLE_DATA), "--to", "tar", "-o", str(tmp_path / "x"),
                                     "--storage-options", f"@{tmp_path / 'options.json'}"])  # fmt: skip
     assert bad.exit_code == 2 and "options.json: not a JSON object" in bad.output
+
+
+def test_a_second_pack_into_the_same_url_stops_at_once(s3):
+    from packer.output import OutputLock
+    from packer.remote_output import staging_folder
+
+    _, options = s3
+    out = f"s3://{BUCKET}/locked"
+    staging = staging_folder(out)
+    staging.mkdir(parents=True, exist_ok=True)
+    held = OutputLock(staging)  # what a running pack into ``out`` holds
+    try:
+        with pytest.raises(ImgpackError, match="another pack on this machine is writing"):
+            pack_folder(SAMPLE_DATA, out, "tar", SPEC, workers=1, storage_options=options)
+    finally:
+        held.release()
+    assert pack_folder(SAMPLE_DATA, out, "tar", SPEC, workers=1, storage_options=options).packed == 44
