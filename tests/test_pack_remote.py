@@ -121,7 +121,7 @@ def test_killed_mid_upload_resumes_and_reuploads_a_part_of_the_wrong_size(source
     fs, options = s3
     _, url = source
     out = f"s3://{BUCKET}/killed"
-    args = ["imagefolder", url, "--to", "tar", "-o", out, "--resize", "24", "--shards", "11",
+    args = ["imagefolder", url, "--to", "tar", "-o", out, "--resize", "24", "--shards", "22",
             "--workers", "1",
             "--storage-options", json.dumps(options), "-q"]  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "packer.cli", *args], env=cli_env())
@@ -146,7 +146,7 @@ def test_killed_mid_upload_resumes_and_reuploads_a_part_of_the_wrong_size(source
     fs.pipe_file(f"{BUCKET}/killed/{damaged}", whole[:-512])
     assert run_cli(*args[:-1], "--resume", "--json").returncode == 0
     fs.invalidate_cache()
-    assert_same_dataset(download(fs, out, tmp_path / "got"), local_packs("tar", shards=11))
+    assert_same_dataset(download(fs, out, tmp_path / "got"), local_packs("tar", shards=22))
 
 
 def test_force_deletes_only_our_objects(source, s3):
