@@ -39,6 +39,26 @@ def parse_size(text: str | None) -> int | None:
     return int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
 
 
+def parse_storage_options(text: str | None) -> dict[str, Any] | None:
+    """``--storage-options``: a JSON object, or ``@path`` of a file holding one (never echoed back)."""
+    if text is None:
+        return None
+    where = "--storage-options"
+    if text.startswith("@"):
+        where = text[1:]
+        try:
+            text = open(where, encoding="utf-8").read()
+        except OSError as exc:
+            raise click.BadParameter(f"{where}: cannot read it ({exc.strerror})") from None
+    try:
+        options = json.loads(text)
+    except ValueError:
+        options = None
+    if not isinstance(options, dict):
+        raise click.BadParameter(f"{where}: not a JSON object like '{{\"anon\": false}}'")
+    return options
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
@@ -152,6 +172,12 @@ def main() -> None:
 )
 @click.option("--force", is_flag=True, help="Replace an existing output dataset.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
+@click.option(
+    "--storage-options",
+    default=None,
+    metavar="JSON|@FILE",
+    help="fsspec options for s3:// (gs://, ...) SRC/OUT, e.g. an endpoint; credentials from the environment.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def imagefolder(
@@ -177,10 +203,11 @@ def imagefolder(
     on_error,
     force,
     resume,
+    storage_options,
     quiet,
     as_json,
 ) -> None:
-    """Pack the image folder SRC (SRC/<class>/<image>) into OUT."""
+    """Pack the image folder SRC (SRC/<class>/<image>) into OUT; either may be a URL (s3://...)."""
     import signal
 
     from packer.engine import pack_folder
@@ -217,6 +244,7 @@ def imagefolder(
         resume=resume,
         quiet=quiet or as_json,
         ray_address=ray_address,
+        storage_options=parse_storage_options(storage_options),
     )
     if as_json:
         emit_json({**asdict(report), "images_per_second": report.images_per_second})

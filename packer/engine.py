@@ -9,12 +9,14 @@ Engines:
 
 Progress is recorded per finished part in ``.imgpack-progress.json``; ``resume=True`` redoes only
 the parts that did not finish. The manifest is written last, atomically.
+
+Source and output may be fsspec URLs: packer/remote_source.py lists a URL source,
+packer/remote_output.py uploads parts to a URL output (``LocalOutput`` below is its local twin).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -22,9 +24,9 @@ import shutil
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -33,15 +35,17 @@ from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.lifetime import die_with_parent
 from packer.output import PROGRESS_NAME, check_not_source, open_output, remove_temporaries, replace_output
-from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
-from packer.sizes import KEY as SIZES_KEY
-from packer.sizes import SizeTally, merge_sizes
+from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
+from packer.preprocess import PackedSample, PreprocessSpec
+from packer.sizes import merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
 from readers.errors import ImgpackError
-from readers.manifest import Manifest, Shard, write_atomic, write_manifest
+from readers.manifest import Manifest, write_atomic, write_manifest
+from readers.remote import is_url
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
+URL_CHUNK = 32  # from a URL source: more reads in flight per task (measured ~25% faster than 8)
 
 
 @dataclass
@@ -63,30 +67,18 @@ class PackReport:
         return (self.packed + self.skipped) / self.seconds if self.seconds > 0 else 0.0
 
 
-Failure = tuple[int, str, str]  # (source index, relative path, reason)
-
-
-def _preprocess_chunk(chunk: list[SourceItem], spec: PreprocessSpec) -> list[PackedSample | Failure]:
-    out: list[PackedSample | Failure] = []
-    for item in chunk:
-        try:
-            out.append(preprocess_file(item.path, item.rel, item.label, item.index, spec))
-        except SkipSample as exc:
-            out.append((item.index, item.rel, str(exc)))
-    return out
-
-
 def preprocessed(
-    items: list[SourceItem], spec: PreprocessSpec, workers: int
+    items: list[SourceItem], spec: PreprocessSpec, workers: int, storage_options: dict[str, Any] | None = None
 ) -> Iterator[PackedSample | Failure]:
     """Results for ``items`` in source order, computed by ``workers`` processes.
 
     Close the generator (``contextlib.closing``) when stopping early: its pool is torn down then.
     """
-    chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
+    size = URL_CHUNK if items and is_url(items[0].path) else CHUNK
+    chunks = [items[i : i + size] for i in range(0, len(items), size)]
     if workers <= 1 or not chunks:
         for chunk in chunks:
-            yield from _preprocess_chunk(chunk, spec)
+            yield from preprocess_chunk(chunk, spec, storage_options)
         return
     method = "fork" if "fork" in _start_methods() else "spawn"
     pool = ProcessPoolExecutor(
@@ -103,11 +95,11 @@ def preprocessed(
         # initializer has set it to ignore interrupts, so they are held until then.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            in_flight.append(pool.submit(_preprocess_chunk, chunks[0], spec))
+            in_flight.append(pool.submit(preprocess_chunk, chunks[0], spec, storage_options))
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for chunk in chunks[1:]:
-            in_flight.append(pool.submit(_preprocess_chunk, chunk, spec))
+            in_flight.append(pool.submit(preprocess_chunk, chunk, spec, storage_options))
             if len(in_flight) >= window:
                 yield from in_flight.popleft().result()
         while in_flight:
@@ -143,44 +135,6 @@ def _start_methods() -> list[str]:
     return get_all_start_methods()
 
 
-def write_part(
-    writer: FormatWriter,
-    part: int,
-    results: Iterable[PackedSample | Failure],
-    on_error: str,
-    tick: Callable[[int], None] = lambda n: None,
-) -> PartResult:
-    """Feed one part's results to a fresh part writer; failures become skips (or an error)."""
-    part_writer = writer.open_part(part)
-    skipped: list[dict[str, str]] = []
-    sizes = SizeTally()
-    try:
-        for result in results:
-            if isinstance(result, tuple):
-                _, rel, reason = result
-                if on_error == "fail":
-                    raise ImgpackError(f"{rel}: {reason} (--on-error fail stops at the first bad file)")
-                skipped.append({"path": rel, "reason": reason})
-            else:
-                part_writer.add(result)
-                sizes.add(result)
-            tick(1)
-        shards = part_writer.close()
-    except OSError as exc:
-        part_writer.abort()
-        raise ImgpackError(
-            f"{writer.out}: cannot write the output ({_one_line(exc)}); {disk_hint(writer.out)}"
-        ) from None
-    except BaseException:
-        part_writer.abort()
-        raise
-    return PartResult(part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict()})
-
-
-def _one_line(exc: OSError) -> str:
-    return " ".join((exc.strerror or str(exc)).split())
-
-
 # -- progress and resume -------------------------------------------------------------------------
 
 
@@ -205,16 +159,11 @@ def _load_progress(out: Path, fingerprint: str) -> dict[int, PartResult]:
             f"{out}: the interrupted pack used other sources or options; "
             "re-run with the same ones, or use --force to start over"
         )
-    return {
-        int(p["part"]): PartResult(
-            int(p["part"]), [Shard(**s) for s in p["shards"]], p["skipped"], p.get("extra", {})
-        )
-        for p in data.get("parts", [])
-    }
+    return {int(p["part"]): part_from_dict(p) for p in data.get("parts", [])}
 
 
 def _save_progress(out: Path, fingerprint: str, done: dict[int, PartResult]) -> None:
-    data = {"fingerprint": fingerprint, "parts": [asdict(done[k]) for k in sorted(done)]}
+    data = {"fingerprint": fingerprint, "parts": [part_to_dict(done[k]) for k in sorted(done)]}
     with _writing(out, "progress file"):
         write_atomic(out / PROGRESS_NAME, json.dumps(data))
 
@@ -228,7 +177,7 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
             yield
         except OSError as exc:
             raise ImgpackError(
-                f"{out}: cannot write the {what} ({_one_line(exc)}); {disk_hint(out)}, "
+                f"{out}: cannot write the {what} ({one_line(exc)}); {disk_hint(out)}, "
                 "then re-run with --resume"
             ) from None
 
@@ -238,16 +187,41 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
 # -- the pack ------------------------------------------------------------------------------------
 
 
-def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> None:
+class LocalOutput:
+    """Where a pack's parts go when ``out`` is a local folder: they stay where they are written,
+    and the finished dataset is swapped into ``out``. packer/remote_output.py is the URL twin."""
+
+    remote = False
+
+    def __init__(self, out: Path):
+        self.out = out
+
+    def part_done(self, writer: FormatWriter, result: PartResult) -> PartResult:
+        return result
+
+    def part_intact(self, writer: FormatWriter, result: PartResult) -> bool:
+        return writer.part_intact(result)
+
+    def saved(self, work: Path) -> None:
+        pass
+
+    def finish(self, writer: FormatWriter, results: list[PartResult], classes: list[str]) -> tuple:
+        return writer.finish(results, classes)
+
+    def commit(self, work: Path) -> None:
+        replace_output(work, self.out)
+
+
+def _run_local(writer, parts, spec, workers, on_error, progress, done, save, sink, storage_options) -> None:
     todo = [(p, items) for p, items in parts if p not in done]
     for p, _ in todo:
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    stream = preprocessed([item for _, items in todo for item in items], spec, workers)
+    stream = preprocessed([item for _, items in todo for item in items], spec, workers, storage_options)
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))
-            done[p] = write_part(writer, p, results, on_error, progress.update)
+            done[p] = sink.part_done(writer, write_part(writer, p, results, on_error, progress.update))
             save()
 
 
@@ -265,29 +239,56 @@ def pack_folder(
     resume: bool = False,
     quiet: bool = True,
     ray_address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> PackReport:
-    """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``."""
+    """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``.
+
+    ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
     if on_error not in ("skip", "fail"):
         raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
     workers = max(1, workers or os.cpu_count() or 1)
-    out = Path(out)
-    writer_class(fmt)(out, spec, options)  # option errors before anything is touched
-    scan = src if isinstance(src, SourceScan) else scan_folder(src)
-    check_not_source(scan.root, out)
-    work, lock = open_output(out, force, resume)
+    writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
+    if is_url(out):
+        from packer.remote_output import check_remote_format
+
+        check_remote_format(fmt, str(out))
+    scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
+    sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = (scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started)
-        return _pack_into(work, out, *job)
+        return _pack_into(work, sink, *job, storage_options)
     finally:
         lock.release()
 
 
+def _scan(src: str | os.PathLike, storage_options: dict[str, Any] | None) -> SourceScan:
+    if is_url(src):
+        from packer.remote_source import scan_url
+
+        return scan_url(str(src), storage_options)
+    return scan_folder(src)
+
+
+def _open(scan: SourceScan, out: str | os.PathLike, force: bool, resume: bool, storage_options) -> tuple:
+    """(where parts go, the folder they are written into, the lock held on it)."""
+    if is_url(out):
+        from packer.remote_output import RemoteOutput, same_place
+
+        if same_place(scan.root, out):
+            raise ImgpackError(f"{out}: the output overlaps the source {scan.root}; choose another -o")
+        sink = RemoteOutput(str(out), storage_options)
+        return (sink, *sink.open(force, resume))
+    if not is_url(scan.root):
+        check_not_source(scan.root, Path(out))
+    return (LocalOutput(Path(out)), *open_output(Path(out), force, resume))
+
+
 def _pack_into(
     work: Path,
-    out: Path,
+    sink: Any,
     scan: SourceScan,
     fmt: str,
     spec: PreprocessSpec,
@@ -299,8 +300,10 @@ def _pack_into(
     quiet: bool,
     ray_address: str | None,
     started: float,
+    storage_options: dict[str, Any] | None,
 ) -> PackReport:
-    """The pack proper, into ``work`` (``out`` or its staging sibling), the output lock held."""
+    """The pack proper, into ``work`` (``out``, its staging sibling, or the local staging folder
+    of a URL output), the lock on it held; ``sink`` uploads and commits (LocalOutput, RemoteOutput)."""
     from tqdm import tqdm
 
     writer = writer_class(fmt)(work, spec, options)
@@ -308,25 +311,29 @@ def _pack_into(
     fingerprint = _fingerprint(scan, fmt, spec, options)
     remove_temporaries(work)
     done = _load_progress(work, fingerprint) if resume else {}
-    for p in [p for p, result in done.items() if not writer.part_intact(result)]:
+    for p in [p for p, result in done.items() if not sink.part_intact(writer, result)]:
         del done[p]  # damaged by the interruption: written again
-    _save_progress(work, fingerprint, done)  # from the start: any kill leaves a resumable output
+
+    def save() -> None:
+        _save_progress(work, fingerprint, done)
+        sink.saved(work)
+
+    save()  # from the start: any kill leaves a resumable output
     per_part = writer.samples_per_part(len(scan.items))
     parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]
     remaining = sum(len(items) for p, items in parts if p not in done)
     with tqdm(total=remaining, unit="img", disable=quiet, desc=f"pack {fmt}", dynamic_ncols=True) as bar:
-        save = functools.partial(_save_progress, work, fingerprint, done)
         if engine == "local":
-            _run_local(writer, parts, spec, workers, on_error, bar, done, save)
+            _run_local(writer, parts, spec, workers, on_error, bar, done, save, sink, storage_options)
         elif engine == "ray":
             from packer.ray_engine import run_ray
 
-            run_ray(writer, parts, spec, on_error, bar, done, save, ray_address)
+            run_ray(writer, parts, spec, on_error, bar, done, save, ray_address, sink, storage_options)
         else:
             raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
     results = [done[p] for p, _ in parts]
     with _writing(work, "dataset"):
-        shards, extra = writer.finish(results, scan.classes)
+        shards, extra = sink.finish(writer, results, scan.classes)
     skipped = scan.skipped + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
@@ -340,14 +347,14 @@ def _pack_into(
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
-        extra={**extra, "source": str(scan.root.resolve()), "empty_classes": scan.empty_classes}
+        extra={**extra, "source": _source_name(scan.root), "empty_classes": scan.empty_classes}
         | scan.extra,
     )
     with _writing(work, "manifest"):
         write_manifest(work, manifest)
-    replace_output(work, out)
+    sink.commit(work)
     return PackReport(
-        str(out),
+        str(sink.url if sink.remote else sink.out),
         fmt,
         manifest.num_samples,
         len(skipped),
@@ -359,3 +366,7 @@ def _pack_into(
         skipped,
         (manifest.stored_sizes or {}).get("upscaled"),
     )
+
+
+def _source_name(root: str | os.PathLike) -> str:
+    return str(root) if is_url(root) else str(Path(root).resolve())

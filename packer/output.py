@@ -83,14 +83,21 @@ def _typed(data: object, types: dict[str, type]) -> bool:
 
 def is_our_manifest(path: Path) -> bool:
     """True when ``path`` parses as a manifest imgpack wrote (its fields and their types)."""
-    data = _read_json(path)
+    return manifest_is_ours(_read_json(path))
+
+
+def manifest_is_ours(data: object) -> bool:
     return _typed(data, MANIFEST_TYPES) and all(
         isinstance(s, dict) and "file" in s and "sha256" in s for s in data["shards"]
     )
 
 
 def is_our_progress(path: Path) -> bool:
-    return _typed(_read_json(path), PROGRESS_TYPES)
+    return progress_is_ours(_read_json(path))
+
+
+def progress_is_ours(data: object) -> bool:
+    return _typed(data, PROGRESS_TYPES)
 
 
 def _only_bmp_below(folder: Path) -> bool:

@@ -212,16 +212,21 @@ def _encode(img: Image.Image, spec: PreprocessSpec) -> bytes:
     return buffer.getvalue()
 
 
-def _open_checked(path: str, spec: PreprocessSpec) -> tuple[Image.Image, bytes]:
+def _read_file(path: str) -> bytes:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise SkipSample("not a regular file (a pipe, socket or device); remove it from the folder")
         with open(path, "rb") as fh:
-            raw = fh.read()
+            return fh.read()
     except PermissionError:
         raise SkipSample("permission denied; make the file readable") from None
     except OSError as exc:
         raise SkipSample(f"cannot read the file ({exc.strerror})") from None
+
+
+def _open_checked(path: str, spec: PreprocessSpec, raw: bytes | None = None) -> tuple[Image.Image, bytes]:
+    if raw is None:
+        raw = _read_file(path)
     if not raw:
         raise SkipSample("empty file (0 bytes)")
     Image.MAX_IMAGE_PIXELS = spec.max_pixels
@@ -291,8 +296,11 @@ def preprocess_image(
     return img, original_size
 
 
-def preprocess_file(path: str, rel: str, label: int, source_index: int, spec: PreprocessSpec) -> PackedSample:
-    img, raw = _open_checked(path, spec)
+def preprocess_file(
+    path: str, rel: str, label: int, source_index: int, spec: PreprocessSpec, raw: bytes | None = None
+) -> PackedSample:
+    """``path`` preprocessed (its bytes ``raw`` when the caller has read them already)."""
+    img, raw = _open_checked(path, spec, raw)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. Pillow's "palette images with transparency" notes

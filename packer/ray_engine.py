@@ -1,7 +1,10 @@
 """The Ray engine: one task per part, each preprocessing and writing its own part files.
 
-Workers must see ``out`` at the same path (a shared filesystem on a real cluster). Tasks return
-plain dicts, so nothing but JSON-able data crosses back to the driver.
+With a local ``out``, workers must see it at the same path (a shared filesystem on a real
+cluster). With a URL ``out`` (packer/remote_output.py) nothing is shared: each task writes its
+part in a temporary folder on its own node and uploads it itself, and tasks read URL sources
+themselves, so the driver never handles image bytes. Tasks return plain dicts, so nothing but
+JSON-able data crosses back to the driver.
 
 What holds when the driver dies (kill -9) while tasks run:
 - a task writes its part only below ``OUT/.ray-staging/<run>/``; the driver alone moves a finished
@@ -14,18 +17,20 @@ What holds when the driver dies (kill -9) while tasks run:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult
 from packer.lifetime import process_alive
+from packer.parts import part_from_dict, part_to_dict, preprocess_items, write_part
 from packer.preprocess import PreprocessSpec
 from readers.errors import ImgpackError
-from readers.manifest import Shard
 
 STAGING = ".ray-staging"
 WATCH_EVERY = 8  # samples between checks that the driver still lives
@@ -49,11 +54,17 @@ def _pack_part(
     spec: PreprocessSpec,
     on_error: str,
     driver: tuple[str, int],
+    sink: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from packer.engine import _preprocess_chunk, write_part
-
-    results = _watched(_preprocess_chunk(items, spec), driver)
-    return asdict(write_part(writer, part, results, on_error))
+    """The task: preprocess and write one part (reading URL sources itself); with a remote
+    ``sink``, in a temporary folder on this node, uploaded from here when complete."""
+    results = _watched(preprocess_items(items, spec, storage_options), driver)
+    if sink is None or not sink.remote:
+        return part_to_dict(write_part(writer, part, results, on_error))
+    with tempfile.TemporaryDirectory(prefix="imgpack-part-") as tmp:
+        local = type(writer)(Path(tmp), writer.spec, writer.options)
+        return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error)))
 
 
 def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
@@ -77,6 +88,8 @@ def run_ray(
     done: dict[int, PartResult],
     save: Callable[[], None],
     address: str | None,
+    sink: Any = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> None:
     try:
         import ray
@@ -92,12 +105,13 @@ def run_ray(
             configure_logging=False,
         )
     shutil.rmtree(writer.out / STAGING, ignore_errors=True)  # runs of a dead driver
-    staged = _staged_writer(writer)
+    remote = sink is not None and sink.remote
+    staged = writer if remote else _staged_writer(writer)
     driver = (socket.gethostname(), os.getpid())
     try:
         task = ray.remote(_pack_part)
         pending = {
-            task.remote(staged, p, items, spec, on_error, driver): (p, len(items))
+            task.remote(staged, p, items, spec, on_error, driver, sink, storage_options): (p, len(items))
             for p, items in parts
             if p not in done
         }
@@ -109,21 +123,28 @@ def run_ray(
             except ray.exceptions.RayTaskError as exc:
                 cause = exc.as_instanceof_cause()
                 if isinstance(cause, ImgpackError):
-                    raise ImgpackError(str(cause).splitlines()[0]) from None
+                    raise ImgpackError(_task_message(str(cause))) from None
                 raise
-            _commit(staged, writer, p)
-            done[p] = PartResult(
-                result["part"],
-                [Shard(**s) for s in result["shards"]],
-                result["skipped"],
-                result.get("extra", {}),
-            )
+            if not remote:  # a remote part was uploaded by its task
+                _commit(staged, writer, p)
+            done[p] = part_from_dict(result)
             save()
             bar.update(n)
     finally:
         if started_here:
             ray.shutdown()
         shutil.rmtree(writer.out / STAGING, ignore_errors=True)
+
+
+def _task_message(text: str) -> str:
+    """The error's own message out of Ray's rendering of it (a ``ray::task()`` header, the
+    task's traceback, then ``module.Error: message``)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        match = re.match(r"^\s*[\w.]*Error: (.*)$", line)
+        if match:
+            return match.group(1)
+    return lines[0] if lines else text
 
 
 def _staged_writer(writer: FormatWriter) -> FormatWriter:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import filecmp
 
+import pytest
+
 from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from readers import read_manifest
@@ -11,28 +13,54 @@ from tests.badinput import make_bad_corpus
 from tests.conftest import SAMPLE_DATA
 
 
-def test_ray_engine_writes_the_same_dataset_as_the_local_engine(tmp_path):
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One real local Ray cluster for the module (starting one costs seconds)."""
     import ray
 
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_ray_engine_writes_the_same_dataset_as_the_local_engine(ray_cluster, tmp_path):
     spec = PreprocessSpec(resize=48, encode="png")
     options = {"shards": 3}
     bad = tmp_path / "bad"
     bad.mkdir()
     make_bad_corpus(bad)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        for name, src in (("sample", SAMPLE_DATA), ("bad", bad)):
-            local = pack_folder(src, tmp_path / f"{name}-local", "lmdb", spec, workers=2, options=options)
-            remote = pack_folder(src, tmp_path / f"{name}-ray", "lmdb", spec, engine="ray", options=options)
-            assert remote.engine == "ray"
-            assert (remote.packed, remote.skipped) == (local.packed, local.skipped)
-            a, b = read_manifest(tmp_path / f"{name}-local"), read_manifest(tmp_path / f"{name}-ray")
-            assert a.shards == b.shards and a.skipped == b.skipped and len(a.shards) == 3
-            for shard in a.shards:
-                assert filecmp.cmp(
-                    tmp_path / f"{name}-local" / shard.file / "data.mdb",
-                    tmp_path / f"{name}-ray" / shard.file / "data.mdb",
-                    shallow=False,
-                )
-    finally:
-        ray.shutdown()
+    for name, src in (("sample", SAMPLE_DATA), ("bad", bad)):
+        local = pack_folder(src, tmp_path / f"{name}-local", "lmdb", spec, workers=2, options=options)
+        remote = pack_folder(src, tmp_path / f"{name}-ray", "lmdb", spec, engine="ray", options=options)
+        assert remote.engine == "ray"
+        assert (remote.packed, remote.skipped) == (local.packed, local.skipped)
+        a, b = read_manifest(tmp_path / f"{name}-local"), read_manifest(tmp_path / f"{name}-ray")
+        assert a.shards == b.shards and a.skipped == b.skipped and len(a.shards) == 3
+        for shard in a.shards:
+            assert filecmp.cmp(
+                tmp_path / f"{name}-local" / shard.file / "data.mdb",
+                tmp_path / f"{name}-ray" / shard.file / "data.mdb",
+                shallow=False,
+            )
+
+
+def test_ray_tasks_read_from_and_upload_to_s3(ray_cluster, s3, tmp_path, monkeypatch):
+    """No shared filesystem: each task reads its images from the bucket and uploads its part."""
+    from packer import remote_source
+    from tests.s3server import BUCKET
+    from tests.test_pack_remote import SPEC, assert_same_dataset, download
+
+    fs, options = s3
+    storage = {**options, "key": "testing", "secret": "testing"}  # the cluster started without them
+    fs.put(str(SAMPLE_DATA) + "/", f"{BUCKET}/ray-src", recursive=True)
+
+    def driver_must_not_read(*args, **kwargs):
+        raise AssertionError("the driver read image bytes")
+
+    monkeypatch.setattr(remote_source, "read_objects", driver_must_not_read)  # tasks are other processes
+    out = f"s3://{BUCKET}/ray-out"
+    report = pack_folder(f"s3://{BUCKET}/ray-src", out, "tar", SPEC, engine="ray", options={"shards": 3},
+                         storage_options=storage)  # fmt: skip
+    assert report.engine == "ray" and report.packed == 44
+    reference = pack_folder(SAMPLE_DATA, tmp_path / "local", "tar", SPEC, workers=1, options={"shards": 3})
+    assert_same_dataset(download(fs, out, tmp_path / "got"), reference.out)

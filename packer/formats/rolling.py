@@ -133,6 +133,14 @@ class RollingWriter(FormatWriter):
             self.out.glob(prefix + "*.idx")
         )
 
+    def move(self, src: str, dst: str) -> None:
+        """Rename the output's file ``src`` to ``dst`` (a remote output replaces this)."""
+        source, target = self.out / src, self.out / dst
+        if source.exists():
+            os.replace(source, target)
+        elif not target.exists():  # a resumed finish may already have renamed it
+            raise ImgpackError(f"{source}: part file vanished before the pack finished; re-run with --force")
+
     def place_shards(self, results: list[PartResult]) -> list[Shard]:
         """Rename the parts' files (and indexes) to the shard names, in order; the final shards."""
         shards: list[Shard] = []
@@ -141,13 +149,7 @@ class RollingWriter(FormatWriter):
             for shard in result.shards:
                 name = self.shard_name(len(shards))
                 for src, dst in ((shard.file, name), (index_path(Path(shard.file)), index_path(Path(name)))):
-                    source, target = self.out / src, self.out / dst
-                    if source.exists():
-                        os.replace(source, target)
-                    elif not target.exists():  # a resumed finish may already have renamed it
-                        raise ImgpackError(
-                            f"{source}: part file vanished before the pack finished; re-run with --force"
-                        )
+                    self.move(src, dst)
                 shards.append(Shard(name, first, shard.count, shard.bytes, shard.sha256))
                 first += shard.count
         return shards

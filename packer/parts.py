@@ -1,0 +1,103 @@
+"""One part of a pack, the same for every engine: preprocess its samples, write its files.
+
+The local engine (packer/engine.py) feeds ``write_part`` from its process pool; a Ray task
+(packer/ray_engine.py) runs ``preprocess_chunk`` and ``write_part`` itself. A finished part is a
+``PartResult``; ``part_to_dict`` / ``part_from_dict`` are its JSON form, used by the progress
+file and by Ray tasks (which return plain dicts to the driver).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict
+from typing import Any
+
+from packer.formats import FormatWriter, PartResult
+from packer.formats.base import disk_hint
+from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
+from packer.sizes import KEY as SIZES_KEY
+from packer.sizes import SizeTally
+from packer.source import SourceItem
+from readers.errors import ImgpackError
+from readers.manifest import Shard
+from readers.remote import is_url
+
+Failure = tuple[int, str, str]  # (source index, relative path, reason)
+BLOCK = 32  # items preprocessed (and, from a URL, read) together inside one task
+
+
+def preprocess_chunk(
+    chunk: list[SourceItem], spec: PreprocessSpec, storage_options: dict[str, Any] | None = None
+) -> list[PackedSample | Failure]:
+    """Each item preprocessed, or the reason it is skipped, in order. Items whose path is a URL
+    are read here, several at once (packer/remote_source.py), with ``storage_options``."""
+    raws: Iterable[bytes | str | None] = [None] * len(chunk)
+    if chunk and is_url(chunk[0].path):
+        from packer.remote_source import read_objects
+
+        raws = read_objects([item.path for item in chunk], storage_options)
+    out: list[PackedSample | Failure] = []
+    for item, raw in zip(chunk, raws):
+        try:
+            if isinstance(raw, str):
+                raise SkipSample(raw)
+            out.append(preprocess_file(item.path, item.rel, item.label, item.index, spec, raw))
+        except SkipSample as exc:
+            out.append((item.index, item.rel, str(exc)))
+    return out
+
+
+def preprocess_items(
+    items: list[SourceItem], spec: PreprocessSpec, storage_options: dict[str, Any] | None = None
+) -> Iterator[PackedSample | Failure]:
+    """``preprocess_chunk`` over a whole part, a block at a time, so memory stays bounded."""
+    for start in range(0, len(items), BLOCK):
+        yield from preprocess_chunk(items[start : start + BLOCK], spec, storage_options)
+
+
+def write_part(
+    writer: FormatWriter,
+    part: int,
+    results: Iterable[PackedSample | Failure],
+    on_error: str,
+    tick: Callable[[int], None] = lambda n: None,
+) -> PartResult:
+    """Feed one part's results to a fresh part writer; failures become skips (or an error)."""
+    part_writer = writer.open_part(part)
+    skipped: list[dict[str, str]] = []
+    sizes = SizeTally()
+    try:
+        for result in results:
+            if isinstance(result, tuple):
+                _, rel, reason = result
+                if on_error == "fail":
+                    raise ImgpackError(f"{rel}: {reason} (--on-error fail stops at the first bad file)")
+                skipped.append({"path": rel, "reason": reason})
+            else:
+                part_writer.add(result)
+                sizes.add(result)
+            tick(1)
+        shards = part_writer.close()
+    except OSError as exc:
+        part_writer.abort()
+        raise ImgpackError(
+            f"{writer.out}: cannot write the output ({one_line(exc)}); {disk_hint(writer.out)}"
+        ) from None
+    except BaseException:
+        part_writer.abort()
+        raise
+    return PartResult(part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict()})
+
+
+def one_line(exc: OSError) -> str:
+    return " ".join((exc.strerror or str(exc)).split())
+
+
+def part_to_dict(result: PartResult) -> dict[str, Any]:
+    return asdict(result)
+
+
+def part_from_dict(data: dict[str, Any]) -> PartResult:
+    return PartResult(
+        int(data["part"]), [Shard(**s) for s in data["shards"]], data["skipped"], data.get("extra", {})
+    )
