@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preproce
 from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import SizeTally, merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
+from packer.source_items import chunked
 from readers.errors import ImgpackError
 from readers.manifest import Manifest, Shard, write_atomic, write_manifest
 
@@ -77,15 +79,17 @@ def _preprocess_chunk(chunk: list[SourceItem], spec: PreprocessSpec) -> list[Pac
 
 
 def preprocessed(
-    items: list[SourceItem], spec: PreprocessSpec, workers: int
+    items: Iterable[SourceItem], spec: PreprocessSpec, workers: int
 ) -> Iterator[PackedSample | Failure]:
     """Results for ``items`` in source order, computed by ``workers`` processes.
 
+    ``items`` is read lazily, a window of chunks ahead of the results (never listed whole).
     Close the generator (``contextlib.closing``) when stopping early: its pool is torn down then.
     """
-    chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
-    if workers <= 1 or not chunks:
-        for chunk in chunks:
+    chunks = chunked(items, CHUNK)
+    first = next(chunks, None)
+    if workers <= 1 or first is None:
+        for chunk in itertools.chain([first] if first else [], chunks):
             yield from _preprocess_chunk(chunk, spec)
         return
     method = "fork" if "fork" in _start_methods() else "spawn"
@@ -103,10 +107,10 @@ def preprocessed(
         # initializer has set it to ignore interrupts, so they are held until then.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            in_flight.append(pool.submit(_preprocess_chunk, chunks[0], spec))
+            in_flight.append(pool.submit(_preprocess_chunk, first, spec))
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        for chunk in chunks[1:]:
+        for chunk in chunks:
             in_flight.append(pool.submit(_preprocess_chunk, chunk, spec))
             if len(in_flight) >= window:
                 yield from in_flight.popleft().result()
@@ -187,8 +191,7 @@ def _one_line(exc: OSError) -> str:
 def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes], sort_keys=True).encode())
-    for item in scan.items:
-        digest.update(item.rel.encode("utf-8", "surrogateescape") + b"\0")
+    digest.update(scan.items.rel_bytes())  # every rel, UTF-8 (surrogateescape), NUL-terminated
     return digest.hexdigest()
 
 
@@ -243,7 +246,7 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save) -> 
     for p, _ in todo:
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    stream = preprocessed([item for _, items in todo for item in items], spec, workers)
+    stream = preprocessed(itertools.chain.from_iterable(items for _, items in todo), spec, workers)
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))
