@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packer.source_items import ItemsBuilder, SourceItems
-
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
 
@@ -147,7 +146,9 @@ class ClassWalk:
             if is_dir:
                 if _hidden(name):
                     continue
-                problem = _link_problem(entry.path, self.class_real, self.root_real) if entry.is_symlink() else None
+                problem = None
+                if entry.is_symlink():
+                    problem = _link_problem(entry.path, self.class_real, self.root_real)
                 if problem:
                     self.problems.append({"path": self._rel(entry.path), "reason": problem})
                 else:

@@ -99,7 +99,8 @@ class SourceItems(Sequence):
             paths.add(item.path)
             labels.append(item.label)
             if prefix is None:
-                prefix = item.path[: len(item.path) - len(item.rel)] if item.path.endswith(item.rel) else False
+                tail = item.path.endswith(item.rel)
+                prefix = item.path[: len(item.path) - len(item.rel)] if tail else False
             if prefix is not False and item.path != prefix + item.rel:
                 prefix = False  # no shared prefix: the paths are kept as they are
         rel_blob, rel_ends = rels.arrays()

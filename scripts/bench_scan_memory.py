@@ -105,8 +105,12 @@ def measure(code: Path, mode: str, src: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[20_000, 200_000])
-    parser.add_argument("--code", type=Path, default=Path(__file__).resolve().parent.parent,
-                        help="checkout whose packer is measured (default: this one)")
+    parser.add_argument(
+        "--code",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help="checkout whose packer is measured (default: this one)",
+    )
     parser.add_argument("--dir", type=Path, default=None, help="where the trees go (default: a temp dir)")
     parser.add_argument("--modes", nargs="+", default=["scan", "pack"], choices=["scan", "pack"])
     args = parser.parse_args()
