@@ -40,8 +40,9 @@ class Strings:
         self.blob += _encoded(text)
         self.ends.append(len(self.blob))
 
-    def arrays(self) -> tuple[bytes, np.ndarray]:
-        return bytes(self.blob), np.frombuffer(self.ends, dtype=np.int64)
+    def arrays(self) -> tuple[bytearray, np.ndarray]:
+        """The run and its offsets, without a copy (the run is not appended to again)."""
+        return self.blob, np.frombuffer(self.ends, dtype=np.int64)
 
 
 class ItemsBuilder:
@@ -50,7 +51,7 @@ class ItemsBuilder:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.rels = Strings()
-        self.labels = array("i")
+        self.labels = array("i")  # 4 bytes on every platform NumPy supports (int32)
 
     def add(self, rel: str, label: int) -> None:
         self.rels.add(rel)
@@ -61,9 +62,7 @@ class ItemsBuilder:
 
     def build(self) -> SourceItems:
         rels, ends = self.rels.arrays()
-        self.rels = Strings()  # the builder's buffers are freed now, not when it goes
-        labels = np.frombuffer(self.labels, dtype=np.intc).astype(np.int32)
-        return SourceItems(rels, ends, labels, self.prefix)
+        return SourceItems(rels, ends, np.frombuffer(self.labels, dtype=np.int32), self.prefix)
 
 
 class SourceItems(Sequence):
@@ -71,11 +70,11 @@ class SourceItems(Sequence):
 
     def __init__(
         self,
-        rels: bytes,
+        rels: bytes | bytearray,
         ends: np.ndarray,
         labels: np.ndarray,
         prefix: str = "",
-        paths: tuple[bytes, np.ndarray] | None = None,
+        paths: tuple[bytes | bytearray, np.ndarray] | None = None,
         first_index: int = 0,
         indices: np.ndarray | None = None,
         start: int = 0,
@@ -109,7 +108,7 @@ class SourceItems(Sequence):
         return cls(
             rel_blob,
             rel_ends,
-            np.frombuffer(labels, dtype=np.intc).astype(np.int32),
+            np.frombuffer(labels, dtype=np.int32),
             prefix or "",
             keep_paths,
             int(indices[0]) if consecutive and len(indices) else 0,
