@@ -343,7 +343,8 @@ def _pack_into(
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
-        extra={**extra, "source": str(scan.root.resolve()), "empty_classes": scan.empty_classes} | scan.extra,
+        extra={**extra, "source": str(scan.root.resolve()), "empty_classes": scan.empty_classes}
+        | scan.extra,
     )
     with _writing(work, "manifest"):
         write_manifest(work, manifest)

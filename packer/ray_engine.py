@@ -17,7 +17,7 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -35,7 +35,7 @@ class DriverGone(Exception):
     pass
 
 
-def _watched(results: list, driver: tuple[str, int]) -> Iterator:
+def _watched(results: Iterable, driver: tuple[str, int]) -> Iterator:
     for i, result in enumerate(results):
         if i % WATCH_EVERY == 0 and not process_alive(*driver):
             raise DriverGone(f"the driver {driver[1]} on {driver[0]} is gone")
@@ -50,9 +50,12 @@ def _pack_part(
     on_error: str,
     driver: tuple[str, int],
 ) -> dict[str, Any]:
-    from packer.engine import _preprocess_chunk, write_part
+    from packer.engine import CHUNK, _preprocess_chunk, write_part
+    from packer.source_items import chunked
 
-    results = _watched(_preprocess_chunk(items, spec), driver)
+    # A few samples at a time: preprocessing the whole part first held all its images in memory.
+    results = (result for chunk in chunked(items, CHUNK) for result in _preprocess_chunk(chunk, spec))
+    results = _watched(results, driver)
     return asdict(write_part(writer, part, results, on_error))
 
 
