@@ -10,10 +10,17 @@ strings, an int), ~4 GB at 10M files. ``SourceItems`` keeps the same entries as
   that rule, a second byte string of paths);
 and hands out ``SourceItem`` objects one at a time. A slice is a view (no copy), and a view
 pickles only its own range, so a part sent to a pool worker or Ray task carries its entries only.
+
+A folder scan writes the table into unlinked temporary files (``TMPDIR``) and maps them
+read-only: the process's own memory stays flat, the ~55 bytes a file live in the page cache
+(on a disk-backed ``TMPDIR`` the kernel drops and re-reads them as needed; forked pool workers
+share them). A table made from a list stays in memory.
 """
 
 from __future__ import annotations
 
+import mmap
+import tempfile
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
@@ -45,24 +52,59 @@ class Strings:
         return self.blob, np.frombuffer(self.ends, dtype=np.int64)
 
 
+class Spill:
+    """Bytes appended to an unlinked temporary file, then mapped read-only: the kernel keeps
+    them in the page cache (dropped and read back under memory pressure), not the process."""
+
+    def __init__(self, first: bytes = b"") -> None:
+        self.file = tempfile.TemporaryFile(prefix="imgpack-scan-")
+        self.write = self.file.write
+        self.write(first)
+
+    def mapped(self) -> mmap.mmap | bytes:
+        self.file.flush()
+        size = self.file.tell()
+        try:
+            return mmap.mmap(self.file.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+        finally:
+            self.file.close()  # the mapping keeps the data; the file has no name to leave behind
+
+
 class ItemsBuilder:
-    """Collects (rel, label) entries in source order; ``build`` makes the ``SourceItems``."""
+    """Collects (rel, label) entries in source order into temporary files (``Spill``), so the
+    scan's memory does not grow with the source; ``build`` maps them as ``SourceItems``."""
+
+    FLUSH = 1 << 16  # offsets and labels buffered per write
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self.rels = Strings()
-        self.labels = array("i")  # 4 bytes on every platform NumPy supports (int32)
+        self.rels, self.ends, self.labels = Spill(), Spill(array("q", [0]).tobytes()), Spill()
+        self.pending_ends, self.pending_labels = array("q"), array("i")  # "i": int32 everywhere
+        self.size = self.count = 0
 
     def add(self, rel: str, label: int) -> None:
-        self.rels.add(rel)
-        self.labels.append(label)
+        data = _encoded(rel)
+        self.rels.write(data)
+        self.size += len(data)
+        self.pending_ends.append(self.size)
+        self.pending_labels.append(label)
+        self.count += 1
+        if len(self.pending_labels) >= self.FLUSH:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.ends.write(self.pending_ends.tobytes())
+        self.labels.write(self.pending_labels.tobytes())
+        del self.pending_ends[:], self.pending_labels[:]
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return self.count
 
     def build(self) -> SourceItems:
-        rels, ends = self.rels.arrays()
-        return SourceItems(rels, ends, np.frombuffer(self.labels, dtype=np.int32), self.prefix)
+        self._flush()
+        ends = np.frombuffer(self.ends.mapped(), dtype=np.int64)
+        labels = np.frombuffer(self.labels.mapped(), dtype=np.int32)
+        return SourceItems(self.rels.mapped(), ends, labels, self.prefix)
 
 
 class SourceItems(Sequence):
@@ -70,11 +112,11 @@ class SourceItems(Sequence):
 
     def __init__(
         self,
-        rels: bytes | bytearray,
+        rels: bytes | bytearray | mmap.mmap,
         ends: np.ndarray,
         labels: np.ndarray,
         prefix: str = "",
-        paths: tuple[bytes | bytearray, np.ndarray] | None = None,
+        paths: tuple[bytes | bytearray | mmap.mmap, np.ndarray] | None = None,
         first_index: int = 0,
         indices: np.ndarray | None = None,
         start: int = 0,
