@@ -12,6 +12,7 @@ this order is its identity everywhere else (keys, shard ranges, manifests).
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,21 +184,28 @@ def scan_folder(root: str | os.PathLike) -> SourceScan:
         raise ImgpackError(
             f"{root}: no class folders found; expected root/<class>/<image> (ImageFolder layout)"
         )
-    items = ItemsBuilder(str(root / "x")[:-1])  # path = this prefix + rel
     empty: list[str] = []
     skipped: list[dict[str, str]] = []
     ignored = 0
-    for label, name in enumerate(classes):
-        walk = ClassWalk(root / name, root, skipped)
-        before = len(items)
-        for rel in walk.files():
-            items.add(f"{name}/{rel}", label)
-        ignored += walk.ignored
-        if len(items) == before:
-            empty.append(name)
+    try:
+        items = ItemsBuilder(str(root / "x")[:-1])  # path = this prefix + rel
+        for label, name in enumerate(classes):
+            walk = ClassWalk(root / name, root, skipped)
+            before = len(items)
+            for rel in walk.files():
+                items.add(f"{name}/{rel}", label)
+            ignored += walk.ignored
+            if len(items) == before:
+                empty.append(name)
+        table = items.build()
+    except OSError as exc:  # the table's temporary files (ClassWalk records unreadable folders)
+        raise ImgpackError(
+            f"{root}: cannot write the scan's temporary table in {tempfile.gettempdir()} "
+            f"({exc.strerror or exc}); free space there or point TMPDIR at another folder"
+        ) from None
     if not items:
         _refuse_packed_dataset(root)
         raise ImgpackError(
             f"{root}: no image files in any class folder (looked for {', '.join(IMAGE_EXTENSIONS)})"
         )
-    return SourceScan(root, classes, items.build(), empty, ignored, skipped)
+    return SourceScan(root, classes, table, empty, ignored, skipped)

@@ -114,3 +114,13 @@ def test_a_pickled_part_carries_its_range_only(tmp_path: Path) -> None:
     back = pickle.loads(sent)
     assert list(back) == items[10_000:10_100] and back[0].index == 10_000
     assert old_fingerprint(items[10_000:10_100]) == hashlib.sha256(back.rel_bytes()).digest()
+
+
+def test_an_unwritable_temporary_folder_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import tempfile
+
+    from readers.errors import ImgpackError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    with pytest.raises(ImgpackError, match="gone.*TMPDIR"):
+        scan_folder(SAMPLE_DATA)
