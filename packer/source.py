@@ -118,48 +118,48 @@ class ClassWalk:
             entry = next(stack[-1], None)
             if entry is None:
                 stack.pop()
-            elif entry[1] is None:
-                yield entry[0]
+            elif isinstance(entry, str):
+                yield entry
             else:
                 stack.append(iter(self._entries(entry[1], entry[0])))
 
-    def _entries(self, folder: str, rel: str) -> list[tuple[str, str | None]]:
-        """One folder's images ``(rel path, None)`` and sub-folders ``(rel path + "/", path)``, sorted."""
+    def _entries(self, folder: str, rel: str) -> list[str | tuple[str, str]]:
+        """One folder's images (rel path) and sub-folders ``(rel path + "/", path)``, sorted."""
         real = os.path.realpath(folder)
         if real in self.visited:  # a second link to the same directory
             return []
         self.visited.add(real)
+        found: list[str | tuple[str, str]] = []
         try:
             with os.scandir(folder) as listing:
-                entries = list(listing)
+                for entry in listing:  # not listed first: a folder can hold millions of files
+                    self._add(entry, rel, found)
         except OSError as exc:
-            self.problems.append(
-                {"path": self._rel(exc.filename or folder), "reason": f"folder not readable ({exc.strerror})"}
-            )
+            reason = f"folder not readable ({exc.strerror})"
+            self.problems.append({"path": self._rel(exc.filename or folder), "reason": reason})
             return []
-        found: list[tuple[str, str | None]] = []
-        for entry in entries:
-            name = entry.name
-            try:
-                is_dir = entry.is_dir()
-            except OSError:
-                is_dir = False
-            if is_dir:
-                if _hidden(name):
-                    continue
-                problem = None
-                if entry.is_symlink():
-                    problem = _link_problem(entry.path, self.class_real, self.root_real)
-                if problem:
-                    self.problems.append({"path": self._rel(entry.path), "reason": problem})
-                else:
-                    found.append((rel + name + "/", entry.path))
-            elif _hidden(name) or not name.lower().endswith(IMAGE_EXTENSIONS):
+        found.sort(key=lambda e: e if isinstance(e, str) else e[0])
+        return found
+
+    def _add(self, entry: os.DirEntry, rel: str, found: list[str | tuple[str, str]]) -> None:
+        name = entry.name
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if not is_dir:
+            if _hidden(name) or not name.lower().endswith(IMAGE_EXTENSIONS):
                 self.ignored += 1
             else:
-                found.append((rel + name, None))
-        found.sort(key=lambda e: e[0])
-        return found
+                found.append(rel + name)
+        elif not _hidden(name):
+            problem = (
+                _link_problem(entry.path, self.class_real, self.root_real) if entry.is_symlink() else None
+            )
+            if problem:
+                self.problems.append({"path": self._rel(entry.path), "reason": problem})
+            else:
+                found.append((rel + name + "/", entry.path))
 
 
 def _refuse_packed_dataset(root: Path) -> None:

@@ -54,6 +54,9 @@ def weird_tree(tmp_path: Path) -> Path:
         path = os.path.join(os.fsencode(root), name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         open(path, "wb").close()
+    # A second way into c1/zz: scanned once, through the first name in sorted order (zz), so
+    # the result no longer depends on the order the filesystem lists the folder in.
+    os.symlink("zz", root / "c1" / "zzlink")
     return root
 
 
