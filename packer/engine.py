@@ -38,7 +38,7 @@ from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preproce
 from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import SizeTally, merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
-from packer.source_items import chunked
+from packer.source_items import chunked, rel_run
 from readers.errors import ImgpackError
 from readers.manifest import Manifest, Shard, write_atomic, write_manifest
 
@@ -191,7 +191,7 @@ def _one_line(exc: OSError) -> str:
 def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes], sort_keys=True).encode())
-    digest.update(scan.items.rel_bytes())  # every rel, UTF-8 (surrogateescape), NUL-terminated
+    digest.update(rel_run(scan.items))  # every rel, UTF-8 (surrogateescape), NUL-terminated
     return digest.hexdigest()
 
 

@@ -47,18 +47,20 @@ class SourceItem:
 @dataclass
 class SourceScan:
     """A scanned source. ``items`` may be given as a list of ``SourceItem``; it is kept as the
-    compact ``SourceItems`` (see packer/source_items.py), which reads like that list."""
+    compact ``SourceItems`` (see packer/source_items.py), which reads like that list (a list of
+    a subclass of ``SourceItem`` is kept as given)."""
 
     root: Path
     classes: list[str]
-    items: SourceItems
+    items: SourceItems | list[SourceItem]
     empty_classes: list[str] = field(default_factory=list)
     ignored: int = 0  # non-image and hidden files
     skipped: list[dict[str, str]] = field(default_factory=list)  # not packed, with the reason
     extra: dict[str, str] = field(default_factory=dict)  # recorded in the manifest's extra
 
     def __post_init__(self) -> None:
-        if not isinstance(self.items, SourceItems):
+        # Only plain SourceItems are made compact: a subclass's own fields would be lost.
+        if not isinstance(self.items, SourceItems) and all(type(i) is SourceItem for i in self.items):
             self.items = SourceItems.from_items(self.items)
 
     def __len__(self) -> int:

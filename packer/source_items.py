@@ -242,6 +242,14 @@ def _split(blob: bytes, ends: np.ndarray, a: int, b: int) -> Iterator[str]:
         yield blob[bounds[k] : bounds[k + 1] - 1].decode(*ENCODING)
 
 
+def rel_run(items: Iterable[Any]) -> bytes | memoryview:
+    """Every item's relative path, encoded and NUL-terminated, back to back (what a pack's
+    fingerprint hashes); without a copy for ``SourceItems``."""
+    if isinstance(items, SourceItems):
+        return items.rel_bytes()
+    return b"".join(_encoded(item.rel) for item in items)
+
+
 def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     """Lists of ``size`` consecutive items (the last may be shorter), read lazily."""
     it = iter(items)

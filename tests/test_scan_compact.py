@@ -127,3 +127,19 @@ def test_an_unwritable_temporary_folder_is_named(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
     with pytest.raises(ImgpackError, match="gone.*TMPDIR"):
         scan_folder(SAMPLE_DATA)
+
+
+def test_a_list_of_a_subclass_is_kept_with_its_fields(tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Sized(SourceItem):
+        size: int = 0
+
+    items = [Sized(i, f"s3://b/c/{i}.jpg", f"c/{i}.jpg", 0, size=10 + i) for i in range(3)]
+    scan = SourceScan(tmp_path, ["c"], items)
+    assert scan.items is items and [i.size for i in scan.items] == [10, 11, 12]
+    expected = hashlib.sha256()
+    expected.update(json.dumps(["tar", PreprocessSpec().to_dict(), {}, ["c"]], sort_keys=True).encode())
+    expected.update(b"c/0.jpg\0c/1.jpg\0c/2.jpg\0")
+    assert _fingerprint(scan, "tar", PreprocessSpec(), {}) == expected.hexdigest()
