@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import signal
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -39,6 +40,7 @@ from packer.parts import Failure, one_line, part_from_dict, part_to_dict, prepro
 from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
+from packer.source_items import chunked, rel_run
 from readers.errors import ImgpackError
 from readers.manifest import Manifest, write_atomic, write_manifest
 from readers.remote import is_url
@@ -68,16 +70,25 @@ class PackReport:
 
 
 def preprocessed(
-    items: list[SourceItem], spec: PreprocessSpec, workers: int, storage_options: dict[str, Any] | None = None
+    items: Iterable[SourceItem],
+    spec: PreprocessSpec,
+    workers: int,
+    storage_options: dict[str, Any] | None = None,
 ) -> Iterator[PackedSample | Failure]:
     """Results for ``items`` in source order, computed by ``workers`` processes.
 
+    ``items`` is read lazily, a window of chunks ahead of the results (never listed whole).
     Close the generator (``contextlib.closing``) when stopping early: its pool is torn down then.
     """
-    size = URL_CHUNK if items and is_url(items[0].path) else CHUNK
-    chunks = [items[i : i + size] for i in range(0, len(items), size)]
-    if workers <= 1 or not chunks:
-        for chunk in chunks:
+    items = iter(items)
+    head = next(items, None)
+    if head is None:
+        return
+    size = URL_CHUNK if is_url(head.path) else CHUNK
+    chunks = chunked(itertools.chain([head], items), size)
+    first = next(chunks)
+    if workers <= 1:
+        for chunk in itertools.chain([first], chunks):
             yield from preprocess_chunk(chunk, spec, storage_options)
         return
     method = "fork" if "fork" in _start_methods() else "spawn"
@@ -95,10 +106,10 @@ def preprocessed(
         # initializer has set it to ignore interrupts, so they are held until then.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            in_flight.append(pool.submit(preprocess_chunk, chunks[0], spec, storage_options))
+            in_flight.append(pool.submit(preprocess_chunk, first, spec, storage_options))
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        for chunk in chunks[1:]:
+        for chunk in chunks:
             in_flight.append(pool.submit(preprocess_chunk, chunk, spec, storage_options))
             if len(in_flight) >= window:
                 yield from in_flight.popleft().result()
@@ -141,8 +152,7 @@ def _start_methods() -> list[str]:
 def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes], sort_keys=True).encode())
-    for item in scan.items:
-        digest.update(item.rel.encode("utf-8", "surrogateescape") + b"\0")
+    digest.update(rel_run(scan.items))  # every rel, UTF-8 (surrogateescape), NUL-terminated
     return digest.hexdigest()
 
 
@@ -217,7 +227,7 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save, sin
     for p, _ in todo:
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    stream = preprocessed([item for _, items in todo for item in items], spec, workers, storage_options)
+    stream = preprocessed(itertools.chain.from_iterable(items for _, items in todo), spec, workers, storage_options)
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))

@@ -22,7 +22,7 @@ import shutil
 import socket
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ class DriverGone(Exception):
     pass
 
 
-def _watched(results: list, driver: tuple[str, int]) -> Iterator:
+def _watched(results: Iterable, driver: tuple[str, int]) -> Iterator:
     for i, result in enumerate(results):
         if i % WATCH_EVERY == 0 and not process_alive(*driver):
             raise DriverGone(f"the driver {driver[1]} on {driver[0]} is gone")

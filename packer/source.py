@@ -12,9 +12,12 @@ this order is its identity everywhere else (keys, shard ranges, manifests).
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packer.source_items import ItemsBuilder, SourceItems
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
 
@@ -43,13 +46,22 @@ class SourceItem:
 
 @dataclass
 class SourceScan:
+    """A scanned source. ``items`` may be given as a list of ``SourceItem``; it is kept as the
+    compact ``SourceItems`` (see packer/source_items.py), which reads like that list (a list of
+    a subclass of ``SourceItem`` is kept as given)."""
+
     root: Path
     classes: list[str]
-    items: list[SourceItem]
+    items: SourceItems | list[SourceItem]
     empty_classes: list[str] = field(default_factory=list)
     ignored: int = 0  # non-image and hidden files
     skipped: list[dict[str, str]] = field(default_factory=list)  # not packed, with the reason
     extra: dict[str, str] = field(default_factory=dict)  # recorded in the manifest's extra
+
+    def __post_init__(self) -> None:
+        # Only plain SourceItems are made compact: a subclass's own fields would be lost.
+        if not isinstance(self.items, SourceItems) and all(type(i) is SourceItem for i in self.items):
+            self.items = SourceItems.from_items(self.items)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -82,46 +94,74 @@ def _link_problem(link: str, class_real: str, root_real: str) -> str | None:
     return None
 
 
-def _class_files(class_dir: Path, root: Path) -> tuple[list[str], int, list[dict[str, str]]]:
-    """Image files below class_dir (posix paths relative to it, sorted), the ignored count, and
-    the folders that were not read (unreadable, or symlinks that loop or leave the class), with
-    the reason, as ``{"path": relative to root, "reason": ...}``."""
-    found: list[str] = []
-    ignored = 0
-    problems: list[dict[str, str]] = []
-    visited: set[str] = set()
-    class_real, root_real = os.path.realpath(class_dir), os.path.realpath(root)
+class ClassWalk:
+    """The image files below one class folder, streamed in sorted order, one folder at a time.
 
-    def rel(path: str) -> str:
-        return Path(os.path.relpath(path, root)).as_posix()
+    A folder's entries are sorted with sub-folders keyed ``name + "/"``: that is the order of the
+    full relative paths, so the stream equals ``sorted()`` of every path without holding them
+    all. ``ignored`` counts non-image and hidden files; ``problems`` lists the folders not read
+    (unreadable, or symlinks that loop or leave the class) as ``{"path", "reason"}``.
+    """
 
-    def unreadable(exc: OSError) -> None:
-        problems.append({"path": rel(exc.filename), "reason": f"folder not readable ({exc.strerror})"})
+    def __init__(self, class_dir: Path, root: Path, problems: list[dict[str, str]]) -> None:
+        self.class_dir, self.root = class_dir, root
+        self.class_real, self.root_real = os.path.realpath(class_dir), os.path.realpath(root)
+        self.problems = problems
+        self.ignored = 0
+        self.visited: set[str] = set()
 
-    for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True, onerror=unreadable):
-        real = os.path.realpath(dirpath)
-        if real in visited:  # a second link to the same directory
-            dirnames[:] = []
-            continue
-        visited.add(real)
-        kept = []
-        for d in dirnames:
-            path = os.path.join(dirpath, d)
-            problem = None
-            if not _hidden(d) and os.path.islink(path):
-                problem = _link_problem(path, class_real, root_real)
-            if problem:
-                problems.append({"path": rel(path), "reason": problem})
-            elif not _hidden(d):
-                kept.append(d)
-        dirnames[:] = kept
-        base = Path(dirpath).relative_to(class_dir)
-        for name in filenames:
+    def _rel(self, path: str) -> str:
+        return Path(os.path.relpath(path, self.root)).as_posix()
+
+    def files(self) -> Iterator[str]:
+        """Posix paths relative to the class folder, sorted."""
+        stack = [iter(self._entries(str(self.class_dir), ""))]
+        while stack:
+            entry = next(stack[-1], None)
+            if entry is None:
+                stack.pop()
+            elif isinstance(entry, str):
+                yield entry
+            else:
+                stack.append(iter(self._entries(entry[1], entry[0])))
+
+    def _entries(self, folder: str, rel: str) -> list[str | tuple[str, str]]:
+        """One folder's images (rel path) and sub-folders ``(rel path + "/", path)``, sorted."""
+        real = os.path.realpath(folder)
+        if real in self.visited:  # a second link to the same directory
+            return []
+        self.visited.add(real)
+        found: list[str | tuple[str, str]] = []
+        try:
+            with os.scandir(folder) as listing:
+                for entry in listing:  # not listed first: a folder can hold millions of files
+                    self._add(entry, rel, found)
+        except OSError as exc:
+            reason = f"folder not readable ({exc.strerror})"
+            self.problems.append({"path": self._rel(exc.filename or folder), "reason": reason})
+            return []
+        found.sort(key=lambda e: e if isinstance(e, str) else e[0])
+        return found
+
+    def _add(self, entry: os.DirEntry, rel: str, found: list[str | tuple[str, str]]) -> None:
+        name = entry.name
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if not is_dir:
             if _hidden(name) or not name.lower().endswith(IMAGE_EXTENSIONS):
-                ignored += 1
-                continue
-            found.append((base / name).as_posix())
-    return sorted(found), ignored, problems
+                self.ignored += 1
+            else:
+                found.append(rel + name)
+        elif not _hidden(name):
+            problem = (
+                _link_problem(entry.path, self.class_real, self.root_real) if entry.is_symlink() else None
+            )
+            if problem:
+                self.problems.append({"path": self._rel(entry.path), "reason": problem})
+            else:
+                found.append((rel + name + "/", entry.path))
 
 
 def _refuse_packed_dataset(root: Path) -> None:
@@ -146,22 +186,28 @@ def scan_folder(root: str | os.PathLike) -> SourceScan:
         raise ImgpackError(
             f"{root}: no class folders found; expected root/<class>/<image> (ImageFolder layout)"
         )
-    items: list[SourceItem] = []
     empty: list[str] = []
     skipped: list[dict[str, str]] = []
     ignored = 0
-    for label, name in enumerate(classes):
-        files, hidden, problems = _class_files(root / name, root)
-        ignored += hidden
-        skipped += problems
-        if not files:
-            empty.append(name)
-        for rel in files:
-            rel_path = f"{name}/{rel}"
-            items.append(SourceItem(len(items), str(root / name / rel), rel_path, label))
+    try:
+        items = ItemsBuilder(str(root / "x")[:-1])  # path = this prefix + rel
+        for label, name in enumerate(classes):
+            walk = ClassWalk(root / name, root, skipped)
+            before = len(items)
+            for rel in walk.files():
+                items.add(f"{name}/{rel}", label)
+            ignored += walk.ignored
+            if len(items) == before:
+                empty.append(name)
+        table = items.build()
+    except OSError as exc:  # the table's temporary files (ClassWalk records unreadable folders)
+        raise ImgpackError(
+            f"{root}: cannot write the scan's temporary table in {tempfile.gettempdir()} "
+            f"({exc.strerror or exc}); free space there or point TMPDIR at another folder"
+        ) from None
     if not items:
         _refuse_packed_dataset(root)
         raise ImgpackError(
             f"{root}: no image files in any class folder (looked for {', '.join(IMAGE_EXTENSIONS)})"
         )
-    return SourceScan(root, classes, items, empty, ignored, skipped)
+    return SourceScan(root, classes, table, empty, ignored, skipped)

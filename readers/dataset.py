@@ -135,7 +135,8 @@ class DeterministicSampler(Sampler[int]):
         return self.spec.samples_per_rank
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self.spec.epoch_order(self.epoch).tolist())
+        # Lazily, one Python int at a time: a list of the whole epoch is ~36 bytes per sample.
+        return map(int, self.spec.epoch_order(self.epoch))
 
 
 def open_dataset(

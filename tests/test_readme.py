@@ -43,6 +43,9 @@ SUBSTITUTIONS = [
     (r"--workers 0,2(,4)?\b", "--workers 0"),
     (r"--epochs [23]\b", "--epochs 1"),
     (r"--sizes 1000,10000,100000", "--sizes 16"),
+    (r"--samples 100000 1000000", "--samples 2000"),
+    (r"--sizes 20000 200000 1000000", "--sizes 300"),
+    (r"--samples 1000000 --per-part 100000", "--samples 2000 --per-part 1000"),
 ]
 
 

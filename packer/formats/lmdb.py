@@ -6,6 +6,7 @@ The on-disk layout lives with the reader (readers/formats/lmdb.py); this side on
 from __future__ import annotations
 
 import shutil
+from array import array
 from pathlib import Path
 
 import lmdb
@@ -37,7 +38,7 @@ class LmdbPartWriter(PartWriter):
             ) from None
         self.pending: list[tuple[bytes, bytes]] = []
         self.pending_bytes = 0
-        self.labels: list[int] = []
+        self.labels = array("i")  # int32, 4 bytes a sample (a part can hold millions)
 
     def _open_env(self) -> lmdb.Environment:
         return lmdb.open(
@@ -77,7 +78,7 @@ class LmdbPartWriter(PartWriter):
         self.pending_bytes = 0
 
     def close(self) -> list[Shard]:
-        labels = np.asarray(self.labels, dtype="<i4").tobytes()
+        labels = np.frombuffer(self.labels, dtype=np.int32).astype("<i4").tobytes()
         try:
             self._commit(extra=[(LABELS_KEY, labels)])
             self.env.sync(True)

@@ -64,7 +64,10 @@ class BmpIndex:
 
     def __init__(self, reader: BmpReader) -> None:
         root, manifest = reader.root, reader.manifest
-        names: list[str] = []
+        # Per shard: its rows are parsed, packed into arrays and dropped, so no per-sample
+        # Python object outlives one shard.
+        blobs: list[bytes] = []
+        lengths = [np.zeros(0, np.int64)]
         tables = [np.zeros((0, 6), np.int64)]
         for shard in manifest.shards:
             path = Path(reader.local_file(shard))  # behind a URL: the index's copy in the cache
@@ -83,17 +86,19 @@ class BmpIndex:
             if len(table) != len(rows) or (table[:, 1:] < 0).any():
                 raise ManifestError(f"{path}: malformed row in the BMP cache index; re-pack the dataset")
             check_names(part_names, str(path), "file")
-            names += part_names
+            encoded = [os.fsencode(n) for n in part_names]
+            blobs.append(b"".join(encoded))
+            lengths.append(np.fromiter(map(len, encoded), np.int64, count=len(encoded)))
             tables.append(table)
+            del rows, part_names, encoded
         table = np.concatenate(tables)
         self.labels = table[:, 0].copy()
         reader.check_labels(self.labels, f"{root}: BMP cache index")
         self.shapes = table[:, 1:4].copy()
         self.sizes = table[:, 4].copy()
         self.crc = table[:, 5].copy()
-        encoded = [os.fsencode(n) for n in names]
-        self.ends = np.cumsum([0] + [len(n) for n in encoded], dtype=np.int64)
-        self.names = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self.ends = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
+        self.names = np.frombuffer(b"".join(blobs), dtype=np.uint8)
         self.root = os.fsencode(str(root).rstrip("/")) + b"/"
         self.dir_fd = -1
         if reader.remote:  # files are fetched by URL, one request each (BmpReader.read)

@@ -109,7 +109,7 @@ class Hdf5Part:
                 _expect(path, "images", self.images, "u", (None,))
                 _expect(path, "offsets", self.file["offsets"], "iu", (n + 1,))
                 _expect(path, "shapes", self.file["shapes"], "iu", (n, 3))
-                self.offsets = self.file["offsets"][:].astype(np.int64)
+                self.offsets = np.asarray(self.file["offsets"][:], dtype=np.int64)  # no copy if int64
                 self.shapes = self.file["shapes"][:]
                 steps = np.diff(self.offsets)
                 if self.offsets[0] != 0 or (steps < 0).any() or self.offsets[-1] > self.images.shape[0]:
@@ -123,7 +123,7 @@ class Hdf5Part:
                 self.offsets = self.shapes = None
             _expect(path, "labels", self.file["labels"], "iu", (n,))
             _expect(path, "crc32", self.file["crc32"], "u", (n,))
-            self.labels = self.file["labels"][:].astype(np.int64)
+            self.labels = np.asarray(self.file["labels"][:], dtype=np.int64)
             self.crc = self.file["crc32"][:]
         except KeyError as exc:
             raise ManifestError(f"{path}: missing HDF5 dataset {exc}; re-pack the dataset") from None
