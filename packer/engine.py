@@ -227,7 +227,8 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save, sin
     for p, _ in todo:
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    stream = preprocessed(itertools.chain.from_iterable(items for _, items in todo), spec, workers, storage_options)
+    todo_items = itertools.chain.from_iterable(items for _, items in todo)
+    stream = preprocessed(todo_items, spec, workers, storage_options)
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))
