@@ -117,7 +117,7 @@ def test_read_time_resize_and_crop_of_varied_originals(packed):
     # Originals: CMYK, grayscale, palette and RGBA files of many sizes, resized and cropped at read time.
     path = packed("lmdb", encode="original")
     reader = open_reader(path)
-    options = dict(size=48, crop=(40, 44), layout="HWC")
+    options = dict(resize=48, crop=(40, 44), layout="HWC")
     got = batches(path, workers=2, batch_size=7, shuffle=False, dct_scaling=False, **options)
     images = np.concatenate([x.numpy() for x, _ in got])
     assert images.shape == (N_SAMPLE, 40, 44, 3)
