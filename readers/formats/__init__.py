@@ -10,6 +10,7 @@ from typing import Any
 from readers.errors import ManifestError
 from readers.formats.base import FormatReader
 from readers.manifest import Manifest, read_manifest
+from readers.remote import is_url
 
 READERS: dict[str, str] = {
     "lmdb": "readers.formats.lmdb:LmdbReader",
@@ -57,7 +58,7 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     if verify:
         manifest.check_seal()
     reader = cls(path, manifest, verify=verify, **options)
-    if not (isinstance(path, str) and "://" in path):
+    if not is_url(path):
         reader.check_parts()
     return reader
 

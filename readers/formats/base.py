@@ -18,6 +18,7 @@ from readers.errors import ChecksumError, ManifestError
 from readers.manifest import Manifest
 from readers.paths import inside
 from readers.record import Record
+from readers.remote import is_url
 
 # Indices closer than this are read as one block and the unused records in between dropped:
 # one sequential read beats several small ones.
@@ -73,7 +74,7 @@ class FormatReader:
     oldest_format_version: ClassVar[int] = 1
 
     def __init__(self, root: str | os.PathLike, manifest: Manifest, verify: bool = False):
-        self.root = root if isinstance(root, str) and "://" in root else Path(root)
+        self.root = root if is_url(root) else Path(root)
         self.manifest = manifest
         self.verify = verify
         self._handles: dict[Any, Any] = {}
