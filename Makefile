@@ -5,7 +5,7 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed-stamp
 DEMO_OUT ?= demo_out
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)

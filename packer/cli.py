@@ -71,24 +71,38 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
+BUG_NOTICE = (
+    "pack: unexpected error: this is a bug in imgpack, not a mistake in your command; "
+    "please report it with the traceback below"
+)
+
+
 class ImgpackGroup(click.Group):
-    """Turns user-facing errors into one line on stderr and exit code 1, never a traceback."""
+    """User errors (``ImgpackError``, click's usage errors) become one line on stderr and exit code 1
+    (2 for usage); anything else is a bug and keeps its traceback. ``--debug``: tracebacks always."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        debug = bool(ctx.params.get("debug"))
         try:
             return super().invoke(ctx)
         except ImgpackError as exc:
-            raise click.ClickException(str(exc)) from None
-        except ValueError as exc:
+            if debug:
+                raise
             raise click.ClickException(str(exc)) from None
         except KeyboardInterrupt:
             click.echo("interrupted; re-run the same command with --resume to finish", err=True)
             sys.exit(130)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception:
+            click.echo(BUG_NOTICE, err=True)
+            raise
 
 
 @click.group(cls=ImgpackGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="imgpack", message="imgpack %(version)s")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the full traceback of every error.")
+def main(debug: bool) -> None:
     """imgpack: preprocess an image folder once, read it fast in PyTorch.
 
     \b
@@ -151,17 +165,19 @@ def main() -> None:
     type=click.Choice(["local", "ray"]),
     default="local",
     show_default=True,
-    help="local: a process pool on this machine; ray: one Ray task per shard.",
+    help="local: a process pool on this machine; ray: one Ray task per part (see --shards).",
 )
 @click.option("--ray-address", default=None, help="Ray cluster to join (default: start a local one).")
 @click.option("--shards", type=click.IntRange(min=1), default=None, help="Split into N shards/files.")
 @click.option("--samples-per-shard", type=click.IntRange(min=1), default=None)
-@click.option("--shard-size", default=None, help="Roll over to a new shard at this size, e.g. 512MB (tar).")
+@click.option(
+    "--shard-size", default=None, help="Roll over to a new shard at this size, e.g. 512MB (tar, tfrecord)."
+)
 @click.option(
     "--compression",
     type=click.Choice(["none", "lzf", "gzip"]),
     default=None,
-    help="HDF5 dataset compression.",
+    help="HDF5 dataset compression (hdf5 only).",
 )
 @click.option(
     "--on-error",

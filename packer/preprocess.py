@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from readers.errors import OptionError
 from readers.geometry import centre_window, round_size
 
 try:
@@ -65,23 +66,25 @@ class PreprocessSpec:
 
     def __post_init__(self) -> None:
         if self.encode not in ENCODINGS:
-            raise ValueError(f"encode={self.encode!r}; use one of {', '.join(ENCODINGS)}")
+            raise OptionError(f"encode={self.encode!r}; use one of {', '.join(ENCODINGS)}")
         if self.resize_mode not in RESIZE_MODES:
-            raise ValueError(f"resize_mode={self.resize_mode!r}; use one of {', '.join(RESIZE_MODES)}")
+            raise OptionError(f"resize_mode={self.resize_mode!r}; use one of {', '.join(RESIZE_MODES)}")
         if self.mode not in ("RGB", "L"):
-            raise ValueError(f"mode={self.mode!r}; use RGB or L")
+            raise OptionError(f"mode={self.mode!r}; use RGB or L")
         if self.resample not in RESAMPLE:
-            raise ValueError(f"resample={self.resample!r}; use one of {', '.join(RESAMPLE)}")
+            raise OptionError(f"resample={self.resample!r}; use one of {', '.join(RESAMPLE)}")
         if not 1 <= self.quality <= 100:
-            raise ValueError(f"quality={self.quality} must be between 1 and 100")
+            raise OptionError(f"quality={self.quality} must be between 1 and 100")
         for name in ("resize", "crop"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{name}={value} must be a positive number of pixels")
+                raise OptionError(f"{name}={value} must be a positive number of pixels")
         if self.encode == "original" and (self.resize or self.crop or self.mode != "RGB"):
-            raise ValueError("encode=original stores the source bytes unchanged; drop --resize/--crop/--mode")
+            raise OptionError(
+                "encode=original stores the source bytes unchanged; drop --resize/--crop/--mode"
+            )
         if self.crop and self.resize and self.crop > self.resize:
-            raise ValueError(
+            raise OptionError(
                 f"--crop {self.crop} is larger than --resize {self.resize}: every image would have to be "
                 f"enlarged again after resizing; use --crop {self.resize} or less (or a larger --resize)"
             )
@@ -241,7 +244,7 @@ def _open_checked(path: str, spec: PreprocessSpec, raw: bytes | None = None) -> 
         ) from None
     except UnidentifiedImageError:
         raise SkipSample("not an image Pillow can identify (wrong extension or corrupt header)") from None
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a skip, never a crash
+    except Exception as exc:  # any decoder failure is a skip, never a crash
         raise SkipSample(f"cannot open image: {exc}") from None
     return img, raw
 
@@ -320,7 +323,7 @@ def preprocess_file(
             data = _encode(out, spec)
     except SkipSample:
         raise
-    except Exception as exc:  # noqa: BLE001 - truncated data, broken chunks, decoder errors
+    except Exception as exc:  # truncated data, broken chunks, decoder errors
         raise SkipSample(f"cannot decode image: {exc}") from None
     finally:
         img.close()

@@ -6,15 +6,15 @@ The buffer is HWC per image, ``(B, H, W, C)`` uint8; records go straight into it
   block as one contiguous array gains nothing more: 64 copies of 150 KB cost the same as one;
 - JPEG: simplejpeg (libjpeg-turbo, releases the GIL) decodes into a per-thread scratch buffer that
   is reused (a fresh array per image costs page faults worth half a decode), or straight into the
-  batch when no crop or resize is needed; the crop is copied from there. With ``size`` and a stored
+  batch when no crop or resize is needed; the crop is copied from there. With ``resize`` and a stored
   image at least twice as large, libjpeg-turbo's DCT scaling decodes at 1/2, 1/4 or 1/8 scale;
 - anything else (PNG, BMP, JPEGs simplejpeg refuses) goes through ``readers.decode.decode_array``.
 
 Geometry, applied per image, with the numbers of ``readers.geometry`` (the packer's and DALI's
-too): ``size`` (int: shorter side, the other rounded to nearest, ties to even; (h, w): exact)
+too): ``resize`` (int: shorter side, the other rounded to nearest, ties to even; (h, w): exact)
 resizes with OpenCV's area filter (bilinear when enlarging), then ``crop`` takes the centre
 ``crop`` x ``crop`` (or (h, w)) window, top-left at ``((H - h) // 2, (W - w) // 2)``. Without
-``size`` and ``crop`` the stored size is kept, and every image must have it.
+``resize`` and ``crop`` the stored size is kept, and every image must have it.
 
 Training: ``crop=RandomResizedCrop(...)`` takes a random window of the stored pixels per image and
 resizes only that window straight into the batch slot (``resize_into``); ``flip`` mirrors in place
@@ -69,7 +69,7 @@ NO_PARAMS: Params = (None, False)
 class Geometry:
     """Where an image of a given stored size ends up in the batch (centre crop path)."""
 
-    resized: tuple[int, int]  # (h, w) after ``size``
+    resized: tuple[int, int]  # (h, w) after ``resize``
     top: int
     left: int
     out: tuple[int, int]  # (h, w) written into the batch
@@ -82,7 +82,7 @@ class BatchAssembler:
         self,
         layout: str = "CHW",
         crop: Crop = None,
-        size: Size = None,
+        resize: Size = None,
         decode_threads: int = 0,
         fast_dct: bool = False,
         dct_scaling: bool = True,
@@ -94,14 +94,16 @@ class BatchAssembler:
         if decode_threads < 0:
             raise ValueError(f"decode_threads={decode_threads} must be 0 (decode in the worker) or more")
         random_crop = crop if isinstance(crop, RandomResizedCrop) else None
-        if random_crop is not None and size is not None:
+        if random_crop is not None and resize is not None:
             raise ValueError(
-                "size= resizes before a centre crop; RandomResizedCrop resizes its window to its own "
-                "size, so drop size="
+                "resize= resizes before a centre crop; RandomResizedCrop resizes its window to its own "
+                "size, so drop resize="
             )
         self.layout = layout
         self.crop = None if crop is None or random_crop is not None else as_pair(crop, "crop")
-        self.size = size if size is None or isinstance(size, int) and size >= 1 else as_pair(size, "size")
+        self.resize = (
+            resize if resize is None or isinstance(resize, int) and resize >= 1 else as_pair(resize, "resize")
+        )
         self.augment = Augment(random_crop, flip_probability(flip), int(seed))
         self.decode_threads = int(decode_threads)
         self.fast_dct = bool(fast_dct)
@@ -131,14 +133,14 @@ class BatchAssembler:
     def _compute_geometry(self, height: int, width: int) -> Geometry:
         if self.augment.crop is not None:  # the window varies per sample; only the output is fixed
             return Geometry((height, width), 0, 0, self.augment.crop.out)
-        resized = resized_size(height, width, self.size)
+        resized = resized_size(height, width, self.resize)
         if self.crop is None:
             return Geometry(resized, 0, 0, resized)
         ch, cw = self.crop
         if ch > resized[0] or cw > resized[1]:
             raise ImgpackError(
                 f"crop {ch}x{cw} is larger than an image of {resized[0]}x{resized[1]} (stored "
-                f"{height}x{width}); pass size= to resize first, or a smaller crop"
+                f"{height}x{width}); pass resize= to resize first, or a smaller crop"
             )
         top, left, _, _ = centre_window(*resized, self.crop)
         return Geometry(resized, top, left, (ch, cw))
@@ -155,7 +157,7 @@ class BatchAssembler:
             elif geo != out:
                 raise ImgpackError(
                     f"a batch needs images of one size but got {out[0]}x{out[1]} and {geo[0]}x{geo[1]}; "
-                    "pass crop= (and size=) to open_iterable, or pack with --crop N"
+                    "pass crop= (and resize=) to open_iterable, or pack with --crop N"
                 )
             if (record.channels or 3) != channels:
                 raise ImgpackError("a batch needs images with one channel count; pack with --mode RGB")
@@ -312,7 +314,7 @@ class BatchAssembler:
         kwargs: dict[str, Any] = {"colorspace": colorspace, "fastdct": self.fast_dct}
         scaled = (
             self.dct_scaling
-            and self.size is not None
+            and self.resize is not None
             and height >= 2 * geo.resized[0]
             and width >= 2 * geo.resized[1]
         )
@@ -392,10 +394,3 @@ def _resize(src: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR
         out = cv2.resize(np.ascontiguousarray(src), (w, h), interpolation=interpolation)
     return out.reshape(h, w, src.shape[2])
-
-
-def assemble_batch(
-    records: Sequence[Record], layout: str = "CHW", **options: Any
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decode ``records`` into one uint8 batch and int64 labels (see ``BatchAssembler``)."""
-    return BatchAssembler(layout, **options)(records)

@@ -1,4 +1,4 @@
-"""Checking ``crop=``/``size=`` against the stored image sizes when an iterable is created.
+"""Checking ``crop=``/``resize=`` against the stored image sizes when an iterable is created.
 
 The packer records the range of stored heights and widths in the manifest (``stored_sizes``), so a
 crop larger than some stored image, or a dataset whose images keep different sizes read as whole
@@ -23,30 +23,30 @@ def _fixed_pair(value: Any) -> tuple[int, int] | None:
     return None
 
 
-def check_batch_sizes(where: str, stored: dict[str, int] | None, crop: Any, size: Any) -> None:
-    """Raise ``ImgpackError`` naming the fix if batches of ``crop``/``size`` cannot be built."""
+def check_batch_sizes(where: str, stored: dict[str, int] | None, crop: Any, resize: Any) -> None:
+    """Raise ``ImgpackError`` naming the fix if batches of ``crop``/``resize`` cannot be built."""
     if not stored or not stored.get("count"):
         return
     low = (stored["min_height"], stored["min_width"])
     high = (stored["max_height"], stored["max_width"])
     crop_hw = _fixed_pair(crop)
-    if size is None:
+    if resize is None:
         if crop is None and low != high:
             raise ImgpackError(
                 f"{where}: a batch needs images of one size, but the stored images range from "
                 f"{low[0]}x{low[1]} to {high[0]}x{high[1]} (height x width, see `pack info`); pass "
-                f"crop= (and size=) to open_iterable, e.g. crop={min(low)}, or pack with --crop N"
+                f"crop= (and resize=) to open_iterable, e.g. crop={min(low)}, or pack with --crop N"
             )
         fits, what = low, f"the smallest stored image ({low[0]} px high, {low[1]} px wide, see `pack info`)"
-    elif isinstance(size, int):
-        fits, what = (size, size), f"size={size} (the shorter side after resizing)"
+    elif isinstance(resize, int):
+        fits, what = (resize, resize), f"resize={resize} (the shorter side after resizing)"
     else:
-        size_hw = _fixed_pair(size)
+        size_hw = _fixed_pair(resize)
         if size_hw is None:
             return
-        fits, what = size_hw, f"size={size!r}"
+        fits, what = size_hw, f"resize={resize!r}"
     if crop_hw is not None and (crop_hw[0] > fits[0] or crop_hw[1] > fits[1]):
         raise ImgpackError(
-            f"{where}: crop={crop!r} is larger than {what}; pass size= to resize first "
-            f"(e.g. size={max(crop_hw)}), or a crop of at most {fits[0]}x{fits[1]}"
+            f"{where}: crop={crop!r} is larger than {what}; pass resize= to resize first "
+            f"(e.g. resize={max(crop_hw)}), or a crop of at most {fits[0]}x{fits[1]}"
         )

@@ -109,7 +109,7 @@ def decode_array(record: Record) -> np.ndarray:
         return _decode_array(record)
     except ImgpackError:
         raise
-    except Exception as exc:  # noqa: BLE001 - each decoder fails its own way; all mean "corrupt"
+    except Exception as exc:  # each decoder fails its own way; all mean "corrupt"
         raise DecodeError(
             f"{record.encoding} image bytes do not decode ({type(exc).__name__}: {exc}); "
             "the dataset is corrupt, run `pack verify` and re-pack"
@@ -128,7 +128,7 @@ def naming_decode_errors(items: Iterator[Any], reader: Any, indices: Any, record
         for index, record in zip(np.asarray(indices).tolist(), records):
             try:
                 _decode_array(record)
-            except Exception:  # noqa: BLE001 - this is the failing sample
+            except Exception:  # this is the failing sample
                 raise DecodeError(f"{reader.describe(index)}: {exc}") from None
         raise
 

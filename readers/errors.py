@@ -19,3 +19,7 @@ class ChecksumError(ImgpackError):
 
 class DecodeError(ImgpackError):
     """Stored image bytes do not decode; the message names the dataset, part and sample."""
+
+
+class OptionError(ImgpackError, ValueError):
+    """An argument or command-line option with a value that cannot be used (still a ValueError)."""

@@ -6,7 +6,7 @@ their numbers from here, so equal arguments give equal windows on every path.
 The rounding rule:
 
 - a resized size is ``round(x)`` (nearest integer, ties to even, as Python rounds) and at least 1;
-  ``size=N`` scales the shorter side to exactly N and rounds the other side that way;
+  ``resize=N`` scales the shorter side to exactly N and rounds the other side that way;
 - a centre crop of (h, w) from an image of (H, W) starts at ``((H - h) // 2, (W - w) // 2)``:
   the margin halved, rounded down, so an odd margin leaves the extra pixel at the bottom/right;
 - random windows (``RandomResizedCrop``) are whole pixels by construction.

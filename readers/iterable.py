@@ -16,8 +16,9 @@ from readers.batch import BatchAssembler, Crop, Size
 from readers.batch_check import check_batch_sizes
 from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors, to_output
 from readers.formats import open_reader
+from readers.options import check_batch_options, renamed
 from readers.order import OrderSpec, resolve_rank
-from readers.remote_parts import REMOTE_OPTIONS, merge_remote_options
+from readers.remote_parts import merge_remote_options
 from readers.stream import EpochStream
 from readers.whole_batch import whole_batch
 
@@ -28,9 +29,12 @@ class PackedIterable(EpochStream):
     With ``batch_size`` the workers assemble batches and the DataLoader must run with
     ``batch_size=None``: ``DataLoader(it, batch_size=None, num_workers=N)``. Batches are
     uint8 ``(B, C, H, W)`` (``layout="CHW"``, channels_last strides) or ``(B, H, W, C)`` and int64
-    labels, built in shared memory; ``crop``, ``size``, ``decode_threads`` and ``fast_dct`` say
-    how (see ``readers.batch``). ``transform`` is applied to each image, so only without
-    ``batch_size``; with it, ``batch_transform`` is applied to each whole batch's images.
+    labels, built in shared memory; ``crop``, ``resize``, ``decode_threads`` and ``fast_dct`` say
+    how (see ``readers.batch``). ``transform``, ``target_transform`` and ``decode`` apply to each
+    sample, so only without ``batch_size`` (an error with it); with it, ``batch_transform`` is
+    applied to each whole batch's images. ``size=`` is the deprecated name of ``resize=``.
+    ``storage_options``, ``cache_dir`` and ``cache_size`` are for a dataset behind a URL (see
+    ``readers.remote_parts``; the same as in ``reader_options``).
 
     Without ``batch_size`` (the per-sample path) the DataLoader batches samples itself; pass its
     batch size as ``loader_batch_size`` (``readers.make_loader`` does) so the workers take turns by
@@ -57,28 +61,31 @@ class PackedIterable(EpochStream):
         verify: bool = False,
         reader_options: dict[str, Any] | None = None,
         crop: Crop = None,
-        size: Size = None,
+        resize: Size = None,
         decode_threads: int = 0,
         fast_dct: bool = False,
         dct_scaling: bool = True,
         flip: bool | float = False,
         loader_batch_size: int | None = None,
         batch_transform: Callable | None = None,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_size: int | None = None,
+        size: Size = None,
     ):
+        resize = renamed("open_iterable", "size", size, "resize", resize)
+        remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_size": cache_size}
+        reader_options = merge_remote_options(reader_options, **remote)
         if decode not in OUTPUT_KINDS:
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-        if batch_size is None and decode_threads:
-            raise ValueError("decode_threads= applies to whole batches: also pass batch_size=")
-        if batch_size is not None and transform is not None:
-            raise ValueError(
-                "transform= is applied to each image, but with batch_size= the workers build whole "
-                "(B, C, H, W) batches: pass batch_transform= for a function of the whole batch (one "
-                "call, e.g. normalisation), or drop batch_size= to transform each image"
-            )
-        if batch_size is None and batch_transform is not None:
-            raise ValueError("batch_transform= applies to whole batches: also pass batch_size=")
+        check_batch_options(
+            batch_size,
+            decode=decode,
+            transform=transform,
+            target_transform=target_transform,
+            batch_transform=batch_transform,
+            decode_threads=decode_threads,
+        )
         if batch_size is not None and loader_batch_size is not None:
             raise ValueError(
                 "loader_batch_size= is for the per-sample path; with batch_size= the DataLoader must "
@@ -97,14 +104,18 @@ class PackedIterable(EpochStream):
         self.batch_transform = batch_transform
         self.target_transform = target_transform
         self.layout = layout
-        # Batch options (crop, size, decode threads): see readers.batch.
-        self.assembler = BatchAssembler(layout, crop, size, decode_threads, fast_dct, dct_scaling, flip, seed)
+        # Batch options (crop, resize, decode threads): see readers.batch.
+        self.assembler = BatchAssembler(
+            layout, crop, resize, decode_threads, fast_dct, dct_scaling, flip, seed
+        )
         if batch_size is not None:
-            check_batch_sizes(str(path), self.reader.manifest.stored_sizes, crop, size)
-        # Per-sample path with crop/size/flip: each image goes through the batch geometry.
-        self._geometric = crop is not None or size is not None or self.assembler.augment.active
+            check_batch_sizes(str(path), self.reader.manifest.stored_sizes, crop, resize)
+        # Per-sample path with crop/resize/flip: each image goes through the batch geometry.
+        self._geometric = crop is not None or resize is not None or self.assembler.augment.active
         if batch_size is None and self._geometric and decode == "bytes":
-            raise ValueError("crop=, size= and flip= need decoded images: decode='tensor', 'numpy' or 'pil'")
+            raise ValueError(
+                "crop=, resize= and flip= need decoded images: decode='tensor', 'numpy' or 'pil'"
+            )
         self.init_stream()
 
     @property
@@ -147,10 +158,6 @@ class PackedIterable(EpochStream):
                     yield image, self._label(record.label)
 
 
-def open_iterable(path: str | os.PathLike, *args: Any, **kwargs: Any) -> PackedIterable:
-    """An ``IterableDataset`` over the packed dataset at ``path``; arguments as ``PackedIterable``,
-    plus ``storage_options``, ``cache_dir`` and ``cache_size`` for a dataset behind a URL."""
-    remote = {key: kwargs.pop(key, None) for key in REMOTE_OPTIONS}
-    if any(value is not None for value in remote.values()):
-        kwargs["reader_options"] = merge_remote_options(kwargs.get("reader_options"), **remote)
-    return PackedIterable(path, *args, **kwargs)
+# ``open_iterable(path, shuffle=True, seed=0, batch_size=None, ...)``: an ``IterableDataset`` over the
+# packed dataset at ``path``; the signature and the documentation are ``PackedIterable``'s.
+open_iterable = PackedIterable

@@ -17,6 +17,7 @@ from typing import Any
 
 from readers.errors import ChecksumError, ManifestError
 from readers.manifest_schema import check_schema
+from readers.remote import is_url
 
 MANIFEST_NAME = "manifest.json"
 PROGRESS_NAME = ".imgpack-progress.json"  # present while a pack runs or after it was interrupted
@@ -137,7 +138,7 @@ def seal_of(data: dict[str, Any]) -> str:
 
 def read_manifest(root: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> Manifest:
     """The manifest of the dataset at ``root``: a directory, or an fsspec URL (``s3://bucket/ds``)."""
-    if isinstance(root, str) and "://" in root:
+    if is_url(root):
         return _read_remote_manifest(root, storage_options)
     root = Path(root)
     path = root / MANIFEST_NAME

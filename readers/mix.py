@@ -19,7 +19,9 @@ labels as they are, for datasets packed with one class list (it must be identica
 
 With ``batch_size`` the workers assemble whole batches in shared memory (the fast path of
 ``open_iterable``; records of different datasets must give one output size, or pass
-``crop``/``size``); without it samples are yielded one by one. Epochs, ``len()`` and resume
+``crop``/``resize``); without it samples are yielded one by one. Options have
+``open_iterable``'s names and rules: ``transform`` is per image (without ``batch_size``),
+``batch_transform`` per whole batch (with it). Epochs, ``len()`` and resume
 (``state_dict``/``load_state_dict``, ``readers.make_loader``) are ``open_iterable``'s
 (``readers.stream``), with the datasets' sizes and quotas as part of what a state must match.
 """
@@ -36,6 +38,7 @@ import torch
 from readers.batch import BatchAssembler, Size
 from readers.decode import OUTPUT_KINDS, decode_record
 from readers.formats import open_reader
+from readers.options import check_batch_options
 from readers.order import OrderSpec, global_order, resolve_rank
 from readers.record import Record
 from readers.stream import EpochStream
@@ -73,9 +76,10 @@ class MixedIterable(EpochStream):
         transform: Callable | None = None,
         layout: str = "CHW",
         crop: Size = None,
-        size: Size = None,
+        resize: Size = None,
         decode_threads: int = 0,
         reader_options: dict[str, Any] | None = None,
+        batch_transform: Callable | None = None,
     ):
         if not paths:
             raise ValueError("mix() needs at least one dataset")
@@ -90,8 +94,13 @@ class MixedIterable(EpochStream):
             raise ValueError(f"labels={labels!r}; use 'offset' or 'shared'")
         if decode not in OUTPUT_KINDS:
             raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        check_batch_options(
+            batch_size,
+            decode=decode,
+            transform=transform,
+            batch_transform=batch_transform,
+            decode_threads=decode_threads,
+        )
         self.paths = [str(p) for p in paths]
         self.readers = [open_reader(p, **(reader_options or {})) for p in paths]
         self.sizes = [len(r) for r in self.readers]
@@ -121,7 +130,8 @@ class MixedIterable(EpochStream):
         self.batch_size = batch_size
         self.decode = decode
         self.transform = transform
-        self.assembler = BatchAssembler(layout, crop, size, decode_threads)
+        self.batch_transform = batch_transform
+        self.assembler = BatchAssembler(layout, crop, resize, decode_threads)
         # The mixed sequence is already shuffled (epoch_sequence): the order only deals it out.
         self.order = OrderSpec(
             self.epoch_size, False, self.seed, block_size, buffer_size, self.rank, self.world_size, drop_last
@@ -198,11 +208,11 @@ class MixedIterable(EpochStream):
             part, cursor = records[cursor : cursor + b - a], cursor + b - a
             if self.batch_size is not None:
                 self._pass.samples += len(part)
-                if self.transform is None:
+                if self.batch_transform is None:
                     yield self.assembler.shared(part)
                 else:
                     images, labels = self.assembler(part)
-                    yield self.transform(images), labels
+                    yield self.batch_transform(images), labels
                 continue
             for record in part:
                 image = decode_record(record, self.decode)
@@ -210,8 +220,6 @@ class MixedIterable(EpochStream):
                 yield (self.transform(image) if self.transform is not None else image), record.label
 
 
-def mix(
-    paths: Sequence[str | os.PathLike], weights: Sequence[float] | None = None, **kwargs: Any
-) -> MixedIterable:
-    """A weighted, deterministic mix of packed datasets; arguments as ``MixedIterable``."""
-    return MixedIterable(paths, weights, **kwargs)
+# ``mix(paths, weights=None, seed=0, ...)``: a weighted, deterministic mix of packed datasets; the
+# signature and the documentation are ``MixedIterable``'s.
+mix = MixedIterable

@@ -44,14 +44,15 @@ def _name(where: str | Callable[[], str]) -> str:
     return where() if callable(where) else where
 
 
-def crc32(data: Buffer) -> int:
-    return zlib.crc32(data) & 0xFFFFFFFF
+def crc32(data: Buffer, start: int = 0) -> int:
+    """zlib's CRC32 (continuing from ``start``), as an unsigned 32-bit value."""
+    return zlib.crc32(data, start) & 0xFFFFFFFF
 
 
 def record_crc(data: Buffer, label: int, height: int, width: int, channels: int, encoding: str) -> int:
     """CRC32 of a sample's label, encoding and shape followed by its image bytes."""
     fields = CHECKED.pack(label, ENCODING_CODES[encoding], channels, 0, height, width)
-    return zlib.crc32(data, zlib.crc32(fields)) & 0xFFFFFFFF
+    return crc32(data, crc32(fields))
 
 
 def pack_record(data: Buffer, label: int, height: int, width: int, channels: int, encoding: str) -> bytes:
@@ -71,7 +72,7 @@ def unpack_record(value: Buffer, verify: bool = False, where: str | Callable[[],
         raise ChecksumError(f"{_name(where)}: value of {len(view)} bytes is shorter than the record header")
     label, code, channels, _, height, width, checksum = HEADER.unpack_from(view)
     data = view[HEADER.size :]
-    if verify and zlib.crc32(data, zlib.crc32(view[: CHECKED.size])) & 0xFFFFFFFF != checksum:
+    if verify and crc32(data, crc32(view[: CHECKED.size])) != checksum:
         raise ChecksumError(
             f"{_name(where)}: label, shape or image bytes do not match their checksum; the dataset is corrupt"
         )

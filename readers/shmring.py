@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Any
 
 import numpy as np
 import torch
@@ -173,9 +172,3 @@ def receive(
 def mapped_rings() -> list[int]:
     """Slots mapped per worker ring in this process (for tests and diagnostics)."""
     return [len(ring.slots) for ring in _MAIN_RINGS.values()]
-
-
-def release_mapped(*_: Any) -> None:
-    """Drop the main process's mappings of every ring (batches still held stay valid)."""
-    with _LOCK:
-        _MAIN_RINGS.clear()

@@ -55,7 +55,7 @@ def measure(path: Path, name: str, args: argparse.Namespace) -> dict:
         num_threads=threads,
         num_workers=threads,
         py_workers=args.py_workers,
-        last_batch="partial",
+        pad_last=False,
         **norm,
     )
     sync = torch.cuda.synchronize if name == "dali-gpu" else (lambda: None)

@@ -47,7 +47,7 @@ def main() -> None:
         root = line.strip()
         try:
             answer = probe(root)
-        except Exception:  # noqa: BLE001 - reported: the test fails on anything but ImgpackError
+        except Exception:  # reported: the test fails on anything but ImgpackError
             answer = {"unexpected": traceback.format_exc(limit=6)}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()

@@ -133,8 +133,8 @@ def test_bad_flip_is_a_value_error(packed, flip):
         open_iterable(path, batch_size=4, crop=RRC, flip=flip)
     with pytest.raises(ValueError, match="^flip="):
         dali_loader(path, 4, crop=RRC, flip=flip, device="dataloader")
-    with pytest.raises(ValueError, match="drop size="):
-        open_iterable(path, batch_size=4, crop=RRC, size=32)
+    with pytest.raises(ValueError, match="drop resize="):
+        open_iterable(path, batch_size=4, crop=RRC, resize=32)
 
 
 def loader_batches(it, workers=0, persistent=False):
@@ -289,7 +289,7 @@ def test_rounding_rule_on_ties_and_odd_margins():
 
 def test_centre_windows_agree_on_every_path():
     from readers.batch import BatchAssembler
-    from readers.dali_feed import BatchFeed
+    from readers.dali.feed import BatchFeed
     from readers.order import OrderSpec
     from readers.record import Record
 
@@ -297,7 +297,7 @@ def test_centre_windows_agree_on_every_path():
     records = [Record(b"", 0, h, w, 3, "raw") for h, w in stored]
     feed = BatchFeed("unused", OrderSpec(4, False, 0, 64, 64, 0, 1, False), 4, resize=25, crop=(21, 23))
     plan = feed.plan(records, [0, 1, 2, 3], 0)
-    assembler = BatchAssembler(size=25, crop=(21, 23))
+    assembler = BatchAssembler(resize=25, crop=(21, 23))
     for (h, w), size, window in zip(stored, plan.sizes.astype(int).tolist(), plan.windows.tolist()):
         geo = assembler.geometry(h, w)
         assert list(geo.resized) == size and [geo.top, geo.left, *geo.out] == window
@@ -310,7 +310,7 @@ def test_odd_margin_centre_crop_pixels_identical_on_every_path(packed):
     it = open_iterable(path, batch_size=8, seed=1, crop=(37, 41), flip=0.5, drop_last=True)
     want = cat(loader_batches(it))[0]
     for device in ("cpu", "dataloader"):
-        loader = dali_loader(path, 8, seed=1, crop=(37, 41), flip=0.5, device=device, last_batch="drop")
+        loader = dali_loader(path, 8, seed=1, crop=(37, 41), flip=0.5, device=device, drop_last=True)
         got = cat([(x.cpu(), y.cpu()) for x, y in loader])[0]
         assert torch.equal(got, want), device
     # The packer crops with the same rule.

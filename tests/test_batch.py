@@ -117,7 +117,7 @@ def test_read_time_resize_and_crop_of_varied_originals(packed):
     # Originals: CMYK, grayscale, palette and RGBA files of many sizes, resized and cropped at read time.
     path = packed("lmdb", encode="original")
     reader = open_reader(path)
-    options = dict(size=48, crop=(40, 44), layout="HWC")
+    options = dict(resize=48, crop=(40, 44), layout="HWC")
     got = batches(path, workers=2, batch_size=7, shuffle=False, dct_scaling=False, **options)
     images = np.concatenate([x.numpy() for x, _ in got])
     assert images.shape == (N_SAMPLE, 40, 44, 3)
@@ -128,8 +128,8 @@ def test_read_time_resize_and_crop_of_varied_originals(packed):
 
 def test_dct_scaling_close_to_full_decode(packed):
     path = packed("lmdb", resize=160, encode="jpeg")  # shorter side 160 >= 2 x 64: scaled decode
-    full = batches(path, workers=0, batch_size=11, shuffle=False, size=64, crop=56, dct_scaling=False)
-    scaled = batches(path, workers=0, batch_size=11, shuffle=False, size=64, crop=56)
+    full = batches(path, workers=0, batch_size=11, shuffle=False, resize=64, crop=56, dct_scaling=False)
+    scaled = batches(path, workers=0, batch_size=11, shuffle=False, resize=64, crop=56)
     a = torch.cat([x for x, _ in full]).float()
     b = torch.cat([x for x, _ in scaled]).float()
     assert a.shape == b.shape == (N_SAMPLE, 3, 56, 56)

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-import readers.dali as rd
+import readers.dali.loader as rd
 from readers import open_dataset
 from readers.dali import DaliUnavailableError, dali_loader, select_path
-from readers.dali_feed import BatchFeed
+from readers.dali.feed import BatchFeed
 from readers.errors import ImgpackError
 from readers.formats import READERS, open_reader
 from readers.order import OrderSpec
@@ -82,7 +82,7 @@ def test_dali_cpu_matches_dataloader(packed, fmt, spec):
 @pytest.mark.parametrize("fmt", sorted(READERS))
 def test_normalised_hwc_output_matches(packed, fmt):
     path = packed(fmt, **(SPECS.get(fmt) or DEFAULT_SPECS)[0])
-    kwargs = dict(batch_size=16, crop=56, mean=MEAN, std=STD, output_layout="HWC", num_workers=0)
+    kwargs = dict(batch_size=16, crop=56, mean=MEAN, std=STD, layout="HWC", num_workers=0)
     a = batches(dali_loader(path, device="cpu", **kwargs))
     b = batches(dali_loader(path, device="dataloader", **kwargs))
     assert a[0][0].shape == (16, 56, 56, 3) and a[0][0].dtype == torch.float32
@@ -111,7 +111,7 @@ def test_ranks_are_disjoint_and_cover_everything(packed, device):
     ids = identities(path)
     per_rank = [
         sample_ids(
-            dali_loader(path, 5, device=device, rank=r, world_size=2, last_batch="partial", num_workers=2),
+            dali_loader(path, 5, device=device, rank=r, world_size=2, pad_last=False, num_workers=2),
             ids,
         )
         for r in range(2)
@@ -144,8 +144,9 @@ def test_last_batch_policies(packed, device):
     ids = identities(path)
     # world 3: partial/pad ranks hold ceil(44/3) = 15 samples (wrapped), drop ranks 14.
     sizes, orders = {}, {}
-    for policy in ("pad", "drop", "partial"):
-        loader = dali_loader(path, 4, device=device, rank=1, world_size=3, last_batch=policy, num_workers=0)
+    policies = {"pad": {}, "drop": {"drop_last": True}, "partial": {"pad_last": False}}
+    for policy, options in policies.items():
+        loader = dali_loader(path, 4, device=device, rank=1, world_size=3, num_workers=0, **options)
         got = [len(y) for _, y in batches(loader)]
         assert len(got) == len(loader)
         sizes[policy], orders[policy] = got, sample_ids(loader, ids)
@@ -221,6 +222,10 @@ def test_clear_errors(packed):
         dali_loader(path, 8, mean=MEAN)
     with pytest.raises(ValueError, match="last_batch"):
         BatchFeed(path, OrderSpec(44), 8, last_batch="wrap")
+    with pytest.raises(ValueError, match="pass one"):
+        dali_loader(path, 8, drop_last=True, pad_last=True)
+    with pytest.raises(ValueError, match="layout='NCHW'"):
+        dali_loader(path, 8, layout="NCHW")
     varying = packed("lmdb", resize=48, encode="jpeg")  # shorter side 48: sizes differ
     with pytest.raises(ImgpackError, match="different sizes"):
         batches(dali_loader(varying, 8, device="dataloader", num_workers=0))

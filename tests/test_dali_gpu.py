@@ -40,7 +40,7 @@ def test_gpu_matches_cpu_on_every_format(packed, fmt, spec):
 
 def test_gpu_outputs_live_on_the_gpu(packed):
     path = packed("lmdb", **CASES[0][1])
-    loader = dali_loader(path, 8, device="gpu", crop=56, mean=MEAN, std=STD, output_layout="HWC")
+    loader = dali_loader(path, 8, device="gpu", crop=56, mean=MEAN, std=STD, layout="HWC")
     images, labels = next(iter(loader))
     assert images.is_cuda and labels.is_cuda
     assert images.shape == (8, 56, 56, 3) and images.dtype == torch.float32
@@ -73,7 +73,7 @@ def test_gpu_grayscale(packed):
 def test_gpu_ranks_are_disjoint_and_order_matches_cpu(packed):
     path = packed("lmdb", **RAW)
     ids = identities(path)
-    kwargs = dict(world_size=2, last_batch="partial", seed=4)
+    kwargs = dict(world_size=2, pad_last=False, seed=4)
     gpu = [sample_ids(dali_loader(path, 5, device="gpu", rank=r, **kwargs), ids) for r in range(2)]
     cpu = [sample_ids(dali_loader(path, 5, device="cpu", rank=r, **kwargs), ids) for r in range(2)]
     assert gpu == cpu

@@ -139,13 +139,13 @@ def test_batching_whole_batches_again_is_an_error_naming_batch_size_none(packed,
 
 def test_crop_larger_than_stored_images_fails_when_the_iterable_is_created(packed):
     path = packed("lmdb", resize=40, crop=32, encode="raw")
-    with pytest.raises(ImgpackError, match=r"crop=48 is larger than the smallest stored image .*pass size="):
+    with pytest.raises(ImgpackError, match=r"crop=48 is larger than the smallest stored .*pass resize="):
         open_iterable(path, batch_size=4, crop=48)
-    with pytest.raises(ImgpackError, match=r"crop=\(20, 30\) is larger than size=\(24, 24\)"):
-        open_iterable(path, batch_size=4, size=(24, 24), crop=(20, 30))
-    with pytest.raises(ImgpackError, match="crop=40 is larger than size=24"):
-        open_iterable(path, batch_size=4, size=24, crop=40)
-    images, _ = next(iter(open_iterable(path, batch_size=4, size=48, crop=48)))  # the named fix works
+    with pytest.raises(ImgpackError, match=r"crop=\(20, 30\) is larger than resize=\(24, 24\)"):
+        open_iterable(path, batch_size=4, resize=(24, 24), crop=(20, 30))
+    with pytest.raises(ImgpackError, match="crop=40 is larger than resize=24"):
+        open_iterable(path, batch_size=4, resize=24, crop=40)
+    images, _ = next(iter(open_iterable(path, batch_size=4, resize=48, crop=48)))  # the named fix works
     assert images.shape == (4, 3, 48, 48)
 
 

@@ -169,7 +169,7 @@ def test_raw_and_original_encodings(packed):
 
 def test_iterable_with_workers_reads_every_sample_once(packed):
     root = packed("tar", options=SPLIT, resize=32, crop=32)
-    kwargs = dict(shuffle=True, seed=3, batch_size=8, block_size=10, buffer_size=20, decode="numpy")
+    kwargs = dict(shuffle=True, seed=3, batch_size=8, block_size=10, buffer_size=20)
     loader = DataLoader(open_iterable(root, **kwargs), batch_size=None, num_workers=2)
     labels = np.concatenate([batch[1].numpy() for batch in loader])
     in_process = DataLoader(open_iterable(root, **kwargs), batch_size=None)

@@ -186,3 +186,22 @@ def test_leftover_part_and_lock_files_are_cleaned(remote, tmp_path):
     assert not dead.exists() and not unheld.exists()
     assert live.exists()  # a download in progress in a live process is left alone
     assert not list(tmp_path.glob("*.lock"))
+
+
+@pytest.mark.parametrize("device", ["cpu", "dataloader"])
+def test_dali_loader_over_s3_through_the_shard_cache(remote, tmp_path, device):
+    from readers.dali import dali_loader
+
+    local, url, options = remote
+    cache = tmp_path / "cache"
+    kwargs = dict(seed=4, block_size=10, crop=24, device=device, num_workers=2)
+    got = dali_loader(
+        url, 8, reader_options={"storage_options": options, "cache_dir": str(cache)}, verify=True, **kwargs
+    )
+    want = [(x.numpy(), y.numpy()) for x, y in dali_loader(local, 8, **kwargs)]
+    batches = [(x.numpy(), y.numpy()) for x, y in got]
+    assert len(batches) == len(want) == 6
+    for (gx, gy), (wx, wy) in zip(batches, want):
+        assert np.array_equal(gx, wx) and np.array_equal(gy, wy)
+    manifest = got.feed.reader.manifest
+    assert sorted(p.name for p in cache.glob("*.tar")) == sorted(f"{s.sha256}.tar" for s in manifest.shards)

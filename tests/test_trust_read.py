@@ -326,7 +326,7 @@ def test_corrupt_jpeg_in_a_tar_shard_names_its_sample(packed, tmp_path):
     it = open_iterable(root, shuffle=False, block_size=10)
     with pytest.raises(DecodeError, match=pattern):
         list(it)
-    it = open_iterable(root, shuffle=False, batch_size=8, size=32)
+    it = open_iterable(root, shuffle=False, batch_size=8, resize=32)
     with pytest.raises(DecodeError, match=pattern):
         list(it)
     assert_verify_fails(root, "shard-000001.tar")

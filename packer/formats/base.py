@@ -9,13 +9,14 @@ each its place (``Shard.first``) in the dataset.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from packer.preprocess import PackedSample, PreprocessSpec
+from readers.errors import ImgpackError
+from readers.formats.base import sha256_of
 from readers.manifest import Shard
 
 
@@ -51,12 +52,9 @@ def disk_hint(path: Path) -> str:
     return "check free space and permissions"
 
 
-def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
+def file_sha256(path: Path) -> str:
     with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return sha256_of(fh)
 
 
 def add_label_runs(runs: list[list[int]], labels: list[int] | list[list[int]], counted: bool = False) -> None:
@@ -85,16 +83,42 @@ class PartWriter:
         return {}
 
 
+# Pack options every format takes: how the dataset is cut into shards.
+SHARDING_OPTIONS = ("shards", "samples_per_shard")
+
+
+def option_flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
 class FormatWriter:
     name: ClassVar[str] = ""
     # How many parts to cut the source into when the user does not say (None: one part).
     default_samples_per_part: ClassVar[int | None] = None
+    # The pack options (``--shard-size`` -> ``shard_size``) this format uses; a format-specific
+    # option given for a format that does not list it is an error naming the formats that do.
+    accepted_options: ClassVar[tuple[str, ...]] = SHARDING_OPTIONS
 
     def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
         self.out = Path(out)
         self.spec = spec
         self.options = options
+        self.refuse_foreign_options()
         self.check_options()
+
+    def refuse_foreign_options(self) -> None:
+        """Raise ImgpackError for a given option that another format uses and this one does not."""
+        from packer.formats import WRITERS, writer_class
+
+        given = [k for k, v in self.options.items() if v is not None and k not in self.accepted_options]
+        for option in given:
+            users = [name for name in sorted(WRITERS) if option in writer_class(name).accepted_options]
+            if users:  # options no format declares (engine settings) are not the formats' business
+                flag = option_flag(option)
+                raise ImgpackError(
+                    f"{flag} does not apply to --to {self.name}; it is for --to {' or '.join(users)}: "
+                    f"drop {flag}"
+                )
 
     def check_options(self) -> None:
         """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size).

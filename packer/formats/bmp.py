@@ -17,7 +17,6 @@ import json
 import os
 import posixpath
 import shutil
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,7 +26,7 @@ from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.formats.bmp import COLUMNS, index_header, index_name, read_index
 from readers.manifest import Shard
-from readers.record import record_crc
+from readers.record import crc32, record_crc
 
 STAGING = ".staging"
 BUCKET = 1000  # staging files per folder
@@ -98,7 +97,7 @@ def _fit(name: str, source: str) -> str:
     and marked with a hash of the source path, so long names that collide still get a file."""
     if len(os.fsencode(name)) <= NAME_MAX:
         return name
-    tag = f"~{zlib.crc32(os.fsencode(source)) & 0xFFFFFFFF:08x}.bmp"
+    tag = f"~{crc32(os.fsencode(source)):08x}.bmp"
     stem = os.fsencode(name[: -len(".bmp")])[: NAME_MAX - len(tag)]
     return _cut(stem) + tag
 

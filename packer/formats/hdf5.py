@@ -18,7 +18,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from packer.formats.base import FormatWriter, PartResult, PartWriter, file_sha256
+from packer.formats.base import SHARDING_OPTIONS, FormatWriter, PartResult, PartWriter, file_sha256
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
 from readers.formats.hdf5 import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
@@ -158,6 +158,7 @@ class Hdf5PartWriter(PartWriter):
 
 class Hdf5Writer(FormatWriter):
     name = "hdf5"
+    accepted_options = (*SHARDING_OPTIONS, "compression")  # an HDF5 filter on `images`
 
     def check_options(self) -> None:
         compression = self.options.get("compression")
@@ -186,7 +187,7 @@ class Hdf5Writer(FormatWriter):
                     dict(fh.attrs)
                     for name in fh:
                         fh[name].shape  # noqa: B018 - opening each dataset reads its metadata
-            except Exception:  # noqa: BLE001 - any failure to read it back means: redo the part
+            except Exception:  # any failure to read it back means: redo the part
                 return False
         return True
 

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
-from packer.formats.base import FormatWriter, PartResult, PartWriter, add_label_runs
+from packer.formats.base import SHARDING_OPTIONS, FormatWriter, PartResult, PartWriter, add_label_runs
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.manifest import Shard
@@ -115,6 +115,7 @@ class RollingPartWriter(PartWriter):
 class RollingWriter(FormatWriter):
     part_writer: ClassVar[type[RollingPartWriter]] = RollingPartWriter
     default_samples_per_part = DEFAULT_SAMPLES_PER_PART
+    accepted_options = (*SHARDING_OPTIONS, "shard_size")  # roll over to a new file at this size
 
     def shard_name(self, position: int) -> str:
         raise NotImplementedError

@@ -124,10 +124,6 @@ class TarWriter(RollingWriter):
         return shard_name(position)
 
     def check_options(self) -> None:
-        if self.options.get("compression") not in (None, "none"):
-            raise ImgpackError(
-                "tar shards are stored uncompressed (the images are compressed already); drop --compression"
-            )
         size = self.options.get("shard_size")
         if size is not None and size < 4 * BLOCK:
             raise ImgpackError(f"--shard-size {size} is too small for a tar shard; use e.g. 512MB")

@@ -12,7 +12,6 @@ from packer.formats.base import PartResult, add_label_runs
 from packer.formats.rolling import RollingPartWriter, RollingWriter
 from packer.formats.tar import image_ext
 from packer.preprocess import PackedSample
-from readers.errors import ImgpackError
 from readers.formats.tfexample import encode_example
 from readers.formats.tfrecord import FORMAT_NAMES, META_FEATURE, format_index, frame, scan_records, shard_name
 from readers.manifest import Shard
@@ -53,12 +52,6 @@ class TfrecordWriter(RollingWriter):
 
     def shard_name(self, position: int) -> str:
         return shard_name(position)
-
-    def check_options(self) -> None:
-        if self.options.get("compression") not in (None, "none"):
-            raise ImgpackError(
-                "TFRecord shards are stored uncompressed (images are compressed already); drop --compression"
-            )
 
     def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict]:
         runs: list[list[int]] = []

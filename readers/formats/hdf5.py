@@ -20,7 +20,6 @@ number of samples in this file; sample k of the file is global sample ``attrs["f
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -208,9 +207,3 @@ class Hdf5Reader(FormatReader):
         labels = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
         self.check_labels(labels, f"{self.root}: 'labels'")
         return labels
-
-
-def read_file_manifest(path: str | os.PathLike) -> dict[str, Any]:
-    """The manifest stored in an imgpack HDF5 file's attributes."""
-    with open_h5(path) as fh:
-        return json.loads(fh.attrs[MANIFEST_ATTR])

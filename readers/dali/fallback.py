@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from readers.dali_feed import BatchFeed, Plan
+from readers.dali.feed import BatchFeed, Plan
 from readers.decode import decode_array
 from readers.order import worker_chunks
 

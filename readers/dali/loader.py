@@ -16,7 +16,7 @@ Three paths, one output (``loader.backend`` says which was taken; a one-line log
 - ``dataloader``: no DALI. A ``torch.utils.data.DataLoader`` whose workers decode with the
   readers' CPU decoders and apply the same resize/crop/normalise in torch (CPU tensors).
 
-Every path reads the same batches (``readers.dali_feed.BatchFeed``: ``readers.order`` for the
+Every path reads the same batches (``readers.dali.feed.BatchFeed``: ``readers.order`` for the
 order, the rank split and the epochs; the format reader's ``read_many`` for the bytes), so
 labels and order are identical and pixels agree within decoder tolerance.
 
@@ -29,12 +29,19 @@ function of (seed, epoch, sample index), so all three paths crop the same window
 samples; DALI gets them through its ``external_source`` (``fn.decoders.image_slice`` decodes
 only the window's region, ``fn.resize`` resizes it, ``fn.crop_mirror_normalize`` flips).
 ``mean``/``std`` are in pixel units (0-255, one value per channel) and make the output float32;
-without them it is uint8.
-``output_layout`` is ``CHW`` or ``HWC``.
+without them it is uint8. ``layout`` is ``CHW`` or ``HWC``.
 
-Last batch (``last_batch``): ``pad`` (default) fills it by wrapping around this rank's order so
-every batch has ``batch_size`` images; ``drop`` leaves it out (and ranks split the dataset
-without wrapping); ``partial`` yields it short. Ranks always get the same number of batches.
+Last batch: ``drop_last=True`` leaves a short last batch out (and ranks split the dataset
+without wrapping, as in ``open_iterable``); otherwise ``pad_last`` (default True) fills it by
+wrapping around this rank's order so every batch has ``batch_size`` images, and
+``pad_last=False`` yields it short. Ranks always get the same number of batches.
+
+Where the bytes come from: the format reader of ``open_iterable``, opened with ``verify`` and
+``reader_options``, in this process and in every worker. A tar dataset at an fsspec URL is read
+through ``readers.remote`` like everywhere else: ranged requests, or with
+``reader_options={"cache_dir": ...}`` whole shards downloaded once into the local cache and
+checked against the manifest's sha256 (what DALI's own tar reader, which needs local files,
+cannot do).
 """
 
 from __future__ import annotations
@@ -46,10 +53,11 @@ from typing import Any
 
 import torch
 
-from readers.dali_feed import PIXEL_ENCODINGS, BatchFeed, as_size
+from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
 from readers.errors import ImgpackError
 from readers.formats import open_reader
 from readers.geometry import RandomResizedCrop, flip_probability
+from readers.options import check_layout
 from readers.order import OrderSpec, resolve_rank
 from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
 
@@ -129,7 +137,7 @@ class DaliLoader:
         *,
         mean: Sequence[float] | None,
         std: Sequence[float] | None,
-        output_layout: str,
+        layout: str,
         num_threads: int,
         num_workers: int,
         py_workers: int,
@@ -140,7 +148,7 @@ class DaliLoader:
         self.feed = feed
         self.backend = backend  # dali-gpu, dali-cpu or dataloader
         self.mean, self.std = mean, std
-        self.output_layout = output_layout
+        self.layout = layout
         self.num_threads = num_threads
         self.num_workers = num_workers
         self.py_workers = py_workers
@@ -215,7 +223,7 @@ class DaliLoader:
     def _build(self, epoch: int) -> None:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-        from readers.dali_pipeline import build_pipeline
+        from readers.dali.pipeline import build_pipeline
 
         self.feed.base_epoch = epoch
         gpu = self.backend == "dali-gpu"
@@ -229,7 +237,7 @@ class DaliLoader:
             seed=self.seed,
             mean=self.mean,
             std=self.std,
-            output_layout=self.output_layout,
+            layout=self.layout,
         )
         self._iterator = DALIGenericIterator(
             pipe, ["images", "labels"], auto_reset=True, prepare_first_batch=False
@@ -238,15 +246,15 @@ class DaliLoader:
 
     # -- CPU DataLoader path ------------------------------------------------------------------
     def _iter_fallback(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        from readers.dali_fallback import FallbackBatches, fallback_loader, normalise
+        from readers.dali.fallback import FallbackBatches, fallback_loader, normalise
 
         if self._fallback is None:
-            dataset = FallbackBatches(self.feed, self.output_layout)
+            dataset = FallbackBatches(self.feed, self.layout)
             self._fallback = fallback_loader(dataset, self.num_workers, pin_memory=gpu_available())
         self._fallback.dataset.set_epoch(self.epoch)
         for images, labels in self._fallback:
             if self.mean is not None:
-                images = normalise(images, self.mean, self.std, self.output_layout)
+                images = normalise(images, self.mean, self.std, self.layout)
             yield images, labels
 
 
@@ -261,11 +269,12 @@ def dali_loader(
     flip: bool | float = False,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
-    output_layout: str = "CHW",
+    layout: str = "CHW",
     device: str = "auto",
     rank: int | None = None,
     world_size: int | None = None,
-    last_batch: str = "pad",
+    drop_last: bool = False,
+    pad_last: bool | None = None,
     num_threads: int | None = None,
     num_workers: int | None = None,
     py_workers: int = 0,
@@ -273,6 +282,8 @@ def dali_loader(
     block_size: int = 64,
     buffer_size: int = 4096,
     prefetch: int = 2,
+    verify: bool = False,
+    reader_options: dict[str, Any] | None = None,
 ) -> DaliLoader:
     """A loader of ``(images, labels)`` batches for the packed dataset at ``path``.
 
@@ -281,10 +292,12 @@ def dali_loader(
     ``dataloader``. ``num_threads``: DALI's CPU threads. ``num_workers``: DataLoader workers of
     the fallback. ``py_workers``: processes running DALI's parallel external_source (0 reads in
     the calling process, which is enough for local LMDB/HDF5; raise it for slow storage).
-    ``block_size``/``buffer_size`` shape the shuffle exactly as in ``open_iterable``.
+    ``block_size``/``buffer_size`` shape the shuffle exactly as in ``open_iterable``, and
+    ``verify``/``reader_options`` open the dataset as there (see the module docstring).
     """
-    if output_layout not in ("CHW", "HWC"):
-        raise ValueError(f"output_layout={output_layout!r}; use 'CHW' or 'HWC'")
+    check_layout(layout)
+    if drop_last and pad_last:
+        raise ValueError("pad_last=True fills a short last batch, which drop_last=True leaves out: pass one")
     if (mean is None) != (std is None):
         raise ValueError("pass mean and std together (pixel units, one value per channel)")
     chosen = select_path(device)
@@ -292,10 +305,13 @@ def dali_loader(
         _notice(chosen, f"NVIDIA DALI is not installed; {INSTALL_HINT} for GPU decoding", logging.WARNING)
     else:
         _notice(chosen, f"device={device!r}")
-    reader = open_reader(path)
+    reader_options = {"verify": verify, **(reader_options or {})}
+    reader = open_reader(path, **reader_options)
     rank, world_size = resolve_rank(rank, world_size)
-    drop = last_batch == "drop"
-    order = OrderSpec(len(reader), shuffle, seed, block_size, buffer_size, rank, world_size, drop, batch_size)
+    last_batch = "drop" if drop_last else ("partial" if pad_last is False else "pad")
+    order = OrderSpec(
+        len(reader), shuffle, seed, block_size, buffer_size, rank, world_size, drop_last, batch_size
+    )
     feed = BatchFeed(
         path,
         order,
@@ -304,7 +320,9 @@ def dali_loader(
         as_size(resize, "resize"),
         as_size(crop, "crop"),
         flip=flip_probability(flip),
+        reader_options=reader_options,
     )
+    feed._reader = reader  # this process's reader (workers open their own)
     channels = feed.channels
     for name, values in (("mean", mean), ("std", std)):
         if values is not None and len(values) != channels:
@@ -317,7 +335,7 @@ def dali_loader(
         chosen,
         mean=mean,
         std=std,
-        output_layout=output_layout,
+        layout=layout,
         num_threads=num_threads or min(4, cpus),
         num_workers=min(4, cpus) if num_workers is None else num_workers,
         py_workers=py_workers,

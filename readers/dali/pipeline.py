@@ -12,7 +12,7 @@ import torch
 from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
-from readers.dali_feed import PIXEL_ENCODINGS, BatchFeed
+from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
 
 
 def start_method() -> str:
@@ -31,7 +31,7 @@ def build_pipeline(
     seed: int,
     mean: Sequence[float] | None,
     std: Sequence[float] | None,
-    output_layout: str,
+    layout: str,
 ) -> Pipeline:
     parallel = py_workers > 0
     extra = {"py_num_workers": py_workers, "py_start_method": start_method()} if parallel else {}
@@ -98,7 +98,7 @@ def build_pipeline(
             cmn = {"dtype": types.FLOAT, "mean": list(map(float, mean)), "std": list(map(float, std))}
         if "mirror" in out:
             cmn["mirror"] = out["mirror"]
-        images = fn.crop_mirror_normalize(images, output_layout=output_layout, **cmn)
+        images = fn.crop_mirror_normalize(images, output_layout=layout, **cmn)
         pipe.set_outputs(images, labels.gpu() if gpu else labels)
     if parallel:
         pipe.start_py_workers()

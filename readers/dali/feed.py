@@ -62,12 +62,14 @@ class BatchFeed:
         crop: Size | int | RandomResizedCrop | None = None,
         base_epoch: int = 0,
         flip: float = 0.0,
+        reader_options: dict[str, Any] | None = None,
     ):
         if last_batch not in LAST_BATCH:
             raise ValueError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         self.path = path
+        self.reader_options = dict(reader_options or {})  # open_reader's: verify, cache_dir, ...
         self.order = order
         self.batch_size = int(batch_size)
         self.last_batch = last_batch
@@ -118,7 +120,7 @@ class BatchFeed:
     @property
     def reader(self):
         if self._reader is None:
-            self._reader = open_reader(self.path)
+            self._reader = open_reader(self.path, **self.reader_options)
         return self._reader
 
     @property

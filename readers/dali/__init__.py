@@ -1,0 +1,15 @@
+"""GPU decode through NVIDIA DALI, with a CPU fallback: ``dali_loader`` and what it is built from.
+
+- ``loader``: ``dali_loader`` and ``DaliLoader``, choosing the path (``dali-gpu``, ``dali-cpu``,
+  ``dataloader``) and running it;
+- ``feed``: ``BatchFeed``, the batches of an epoch and their geometry, shared by every path;
+- ``pipeline``: the DALI graph (imported only when DALI runs);
+- ``fallback``: the CPU DataLoader path (no DALI).
+
+Importing this package does not import DALI.
+"""
+
+from readers.dali.feed import PIXEL_ENCODINGS
+from readers.dali.loader import DaliLoader, DaliUnavailableError, dali_loader, select_path
+
+__all__ = ["PIXEL_ENCODINGS", "DaliLoader", "DaliUnavailableError", "dali_loader", "select_path"]
