@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from readers.errors import OptionError
+
 BASELINE_NAME = "imagefolder+pillow"
 AUGMENTS = ("none", "rrc")
 READ_PATHS = {
@@ -28,15 +30,15 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not self.workers or min(self.workers) < 0:
-            raise ValueError(f"workers={self.workers}: give one or more counts >= 0, e.g. 0,2,4")
+            raise OptionError(f"workers={self.workers}: give one or more counts >= 0, e.g. 0,2,4")
         if self.batch_size < 1 or self.epochs < 1 or self.random_reads < 0:
-            raise ValueError("batch size and epochs must be >= 1 and random reads >= 0")
+            raise OptionError("batch size and epochs must be >= 1 and random reads >= 0")
         if self.decode not in ("pil", "numpy", "tensor", "bytes"):
-            raise ValueError(f"decode={self.decode!r}; use pil, numpy, tensor or bytes")
+            raise OptionError(f"decode={self.decode!r}; use pil, numpy, tensor or bytes")
         if self.augment not in AUGMENTS:
-            raise ValueError(f"augment={self.augment!r}; use one of {', '.join(AUGMENTS)}")
+            raise OptionError(f"augment={self.augment!r}; use one of {', '.join(AUGMENTS)}")
         if self.augment != "none" and self.decode == "bytes":
-            raise ValueError("augment=rrc needs decoded images; use decode=tensor, numpy or pil")
+            raise OptionError("augment=rrc needs decoded images; use decode=tensor, numpy or pil")
 
     def read_options(self) -> dict[str, Any]:
         """``crop=``/``flip=`` for the readers: the training augmentation, or nothing."""
