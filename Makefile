@@ -24,6 +24,7 @@ test: venv
 
 lint: venv
 	$(VENV)/bin/ruff check packer readers scripts tests
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(DEMO_OUT) .pytest_cache
