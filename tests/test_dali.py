@@ -245,7 +245,13 @@ def test_gpu_mixed_decode_matches_cpu(packed):
     assert_same([(x.cpu(), y.cpu()) for x, y in out], cpu, mad=0.05)
 
 
-@pytest.mark.parametrize("device", ["cpu", "dataloader"])
+GPU = pytest.param(
+    "gpu",
+    marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", "dataloader", GPU])
 def test_dali_loader_resumes_mid_epoch_exactly(packed, device):
     path = packed("lmdb", resize=40, crop=32, encode="jpeg")
     loader = dali_loader(path, 4, seed=2, device=device, num_workers=2)

@@ -80,22 +80,6 @@ def test_gpu_ranks_are_disjoint_and_order_matches_cpu(packed):
     assert not set(gpu[0]) & set(gpu[1]) and len(set(gpu[0]) | set(gpu[1])) == 44
 
 
-def test_gpu_resumes_mid_epoch_exactly(packed):
-    path = packed("lmdb", resize=40, crop=32, encode="jpeg")
-    loader = dali_loader(path, 4, seed=2, device="gpu")
-    loader.set_epoch(1)
-    full = [labels.tolist() for _, labels in loader]
-    taken = []
-    for _, labels in loader:
-        taken.append(labels.tolist())
-        if len(taken) == 3:
-            break
-    state = loader.state_dict()
-    resumed = dali_loader(path, 4, seed=2, device="gpu")
-    resumed.load_state_dict(state)
-    assert [labels.tolist() for _, labels in resumed] == full[3:]
-
-
 def test_gpu_parallel_external_source_matches_serial(packed):
     path = packed("lmdb", **CASES[0][1])
     serial = batches(dali_loader(path, 8, device="gpu", crop=48))
