@@ -46,7 +46,6 @@ def measure(path: Path, name: str, args: argparse.Namespace) -> dict:
 
     batch = args.batch_size or (256 if name == "dali-gpu" else 64)
     threads = args.threads or os.cpu_count() or 1
-    norm = {"mean": MEAN, "std": STD} if args.normalize else {}
     loader = dali_loader(
         path,
         batch,
@@ -56,7 +55,8 @@ def measure(path: Path, name: str, args: argparse.Namespace) -> dict:
         num_workers=threads,
         py_workers=args.py_workers,
         pad_last=False,
-        **norm,
+        mean=MEAN if args.normalize else None,
+        std=STD if args.normalize else None,
     )
     sync = torch.cuda.synchronize if name == "dali-gpu" else (lambda: None)
 

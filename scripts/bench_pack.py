@@ -73,14 +73,16 @@ def main() -> int:
         "imgpack1": imgpack(1),
         "imgpack2": imgpack(2),
     }
-    results = {}
+    results: dict[str, dict[str, float | None]] = {}
+    seconds_of: dict[str, float] = {}
     for name in args.only.split(","):
         out = args.work / name
         shutil.rmtree(out, ignore_errors=True)
         run = run_measured(runs[name](out), env=env)
         seconds, peak = run.seconds, run.peak_rss_bytes
         images = sum(1 for _ in Path(src).rglob("*.jpg"))
-        pss = run.peak_pss_bytes and run.peak_pss_bytes / 1e6
+        pss = None if run.peak_pss_bytes is None else run.peak_pss_bytes / 1e6
+        seconds_of[name] = seconds
         results[name] = {"seconds": seconds, "images_per_s": images / seconds, "peak_rss_mb": peak / 1e6}
         results[name]["peak_pss_mb"] = pss
         print(
@@ -90,13 +92,9 @@ def main() -> int:
         )
     if "naive" in results:
         for name in results:
-            print(
-                f"{name:9s} speed-up vs naive: {results['naive']['seconds'] / results[name]['seconds']:.2f}x"
-            )
+            print(f"{name:9s} speed-up vs naive: {seconds_of['naive'] / seconds_of[name]:.2f}x")
     if "imgpack1" in results and "imgpack2" in results:
-        print(
-            f"imgpack 2 workers vs 1: {results['imgpack1']['seconds'] / results['imgpack2']['seconds']:.2f}x"
-        )
+        print(f"imgpack 2 workers vs 1: {seconds_of['imgpack1'] / seconds_of['imgpack2']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

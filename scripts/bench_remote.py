@@ -18,15 +18,19 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from packer.verify import verify_dataset  # noqa: E402
 from readers import open_dataset  # noqa: E402
 
+T = TypeVar("T")
 
-def timed(fn) -> tuple[float, object]:
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
     start = time.perf_counter()
     value = fn()
     return time.perf_counter() - start, value

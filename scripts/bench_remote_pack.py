@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -28,10 +29,13 @@ from packer.preprocess import PreprocessSpec  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
 from tests.s3server import free_port  # noqa: E402
 
+if TYPE_CHECKING:
+    import s3fs
+
 BUCKET = "imgpack-bench"
 
 
-def start_s3() -> tuple[subprocess.Popen, object, dict]:
+def start_s3() -> tuple[subprocess.Popen[bytes], s3fs.S3FileSystem, dict[str, Any]]:
     """A moto S3 server on 127.0.0.1 in its own process (so it does not share the packer's GIL):
     (server process, s3fs filesystem, storage_options)."""
     os.environ.update(
@@ -45,7 +49,7 @@ def start_s3() -> tuple[subprocess.Popen, object, dict]:
     )
     import s3fs
 
-    options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
+    options: dict[str, Any] = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
     fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
     # moto answers a rare 500 under many concurrent requests; retry those as one would for S3.
     options["config_kwargs"] = {"retries": {"max_attempts": 5, "mode": "standard"}}

@@ -65,7 +65,7 @@ def pack_webdataset(src: Path, out: Path, per_shard: int) -> float:
         index = 0
         for label, name in enumerate(classes):
             for path in sorted((src / name).iterdir()):
-                jpeg = naive_jpeg(path, SIZE, SIZE, Image.BILINEAR)
+                jpeg = naive_jpeg(path, SIZE, SIZE, Image.Resampling.BILINEAR)
                 sink.write({"__key__": f"s{index:09d}", "jpg": jpeg, "cls": label})
                 index += 1
     return time.perf_counter() - started

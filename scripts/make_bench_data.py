@@ -85,9 +85,9 @@ def _source_digest(files: Sequence[Path], source: Path) -> str:
 
 
 def _load_rgb(path: Path) -> Image.Image:
-    with Image.open(path) as im:
-        im.load()
-        im = ImageOps.exif_transpose(im)
+    with Image.open(path) as opened:
+        opened.load()
+        im: Image.Image = ImageOps.exif_transpose(opened)
         if im.mode in ("RGBA", "LA") or (im.mode == "P" and "transparency" in im.info):
             rgba = im.convert("RGBA")
             bg = Image.new("RGB", rgba.size, (255, 255, 255))

@@ -53,7 +53,7 @@ class ImageFolderBaseline(Dataset):
         if self._rng is None:
             self._rng = np.random.default_rng()
         if self.crop is not None:
-            top, left, h, w = self.crop.window(img.height, img.width, self._rng.random(4 * TRIES))
+            top, left, h, w = self.crop.window(img.height, img.width, self._rng.random(4 * TRIES).tolist())
             oh, ow = self.crop.out
             img = img.crop((left, top, left + w, top + h)).resize((ow, oh), Image.Resampling.BILINEAR)
         if self._rng.random() < self.flip:
@@ -65,8 +65,7 @@ class ImageFolderBaseline(Dataset):
 
     def load(self, path: str) -> Image.Image:
         with open(path, "rb") as fh:
-            img = Image.open(fh)
-            img = img.convert(self.spec.mode if self.spec else "RGB")
+            img: Image.Image = Image.open(fh).convert(self.spec.mode if self.spec else "RGB")
         spec = self.spec
         if self.crop is not None or self.flip:
             return self.augment(img)  # the training read: on the original file

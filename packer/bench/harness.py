@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,7 +209,7 @@ def time_epochs(
 
 
 def take_turns(
-    loaders: dict[str, Iterable[Any]],
+    loaders: Mapping[str, Iterable[Any]],
     epochs: int,
     set_epochs: dict[str, Callable[[int], None]] | None = None,
     warmup: int = 1,
@@ -227,7 +227,7 @@ def take_turns(
 
 
 # -- the machine and the disk ---------------------------------------------------------------------
-def folder_bytes(path: str | os.PathLike) -> int:
+def folder_bytes(path: str | os.PathLike[str]) -> int:
     total = 0
     for dirpath, _, filenames in os.walk(path):
         for name in filenames:

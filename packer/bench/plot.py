@@ -28,8 +28,8 @@ def plot_report(report: BenchReport, path: str | Path) -> Path:
     positive = [v for v in values if v > 0] or [1.0]
     log_scale = max(positive) / min(positive) > 20
     for k, name in enumerate(names):
-        runs = [(g, report.run(name, w)) for g, w in enumerate(workers)]
-        runs = [(g, run) for g, run in runs if run is not None]
+        found = [(g, report.run(name, w)) for g, w in enumerate(workers)]
+        runs = [(g, run) for g, run in found if run is not None]
         xs = [g - 0.4 + width * (k + 0.5) for g, _ in runs]
         heights = [run.images_per_s for _, run in runs]
         spread = [
@@ -59,7 +59,7 @@ def plot_report(report: BenchReport, path: str | Path) -> Path:
                 colors="black",
                 linestyles="--",
                 linewidth=1.5,
-                label="ImageFolder + Pillow (baseline)" if g == 0 else None,
+                label="ImageFolder + Pillow (baseline)" if g == 0 else "_nolegend_",
                 zorder=3,
             )
     ax.set_xticks(range(len(workers)), [f"{w} DataLoader worker{'s' if w != 1 else ''}" for w in workers])

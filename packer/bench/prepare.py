@@ -35,8 +35,8 @@ def naive_jpeg(path: str | os.PathLike, size: int, crop: int | None = None, resa
     """Pillow open, RGB, shorter side to ``size``, optional centre ``crop``, JPEG quality 90."""
     from PIL import Image
 
-    with Image.open(path) as img:
-        img = img.convert("RGB")
+    with Image.open(path) as opened:
+        img: Image.Image = opened.convert("RGB")
         scale = size / min(img.size)
         target = (round(img.width * scale), round(img.height * scale))
         img = img.resize(target) if resample is None else img.resize(target, resample)
