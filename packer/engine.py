@@ -25,7 +25,7 @@ import shutil
 import signal
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -74,7 +74,7 @@ def preprocessed(
     spec: PreprocessSpec,
     workers: int,
     storage_options: dict[str, Any] | None = None,
-) -> Iterator[PackedSample | Failure]:
+) -> Generator[PackedSample | Failure, None, None]:
     """Results for ``items`` in source order, computed by ``workers`` processes.
 
     ``items`` is read lazily, a window of chunks ahead of the results (never listed whole).
@@ -128,7 +128,7 @@ def preprocessed(
             # A worker killed while sending its result leaves half a message in the result pipe,
             # and the pool's manager thread would wait for the rest forever (seen 1 in 20 Ctrl-Cs);
             # with the last writer closed it reads end-of-file instead and shuts down.
-            pool._result_queue._writer.close()
+            pool._result_queue._writer.close()  # type: ignore[attr-defined]  # private: see above
         pool.shutdown(wait=True, cancel_futures=True)
 
 

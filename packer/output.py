@@ -19,15 +19,19 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, TypeGuard
 
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME
 
 try:
     import fcntl
+
+    HAVE_FLOCK = True
 except ImportError:  # Windows: no flock, packs are not serialised
-    fcntl = None
+    HAVE_FLOCK = False
 
 PROGRESS_NAME = ".imgpack-progress.json"
 STAGING_SUFFIX = ".imgpack-new"
@@ -47,7 +51,7 @@ def staging_dir(out: Path) -> Path:
     return out.parent / f".{out.name}{STAGING_SUFFIX}"
 
 
-def check_not_source(src: Path, out: Path) -> None:
+def check_not_source(src: str | Path, out: Path) -> None:
     """Refuse an output that is the source, inside it, or one of its parents."""
     src_real, out_real = Path(os.path.realpath(src)), Path(os.path.realpath(out))
     if out_real == src_real or src_real in out_real.parents or out_real in src_real.parents:
@@ -77,7 +81,7 @@ MANIFEST_TYPES = {
 PROGRESS_TYPES = {"fingerprint": str, "parts": list}
 
 
-def _typed(data: object, types: dict[str, type]) -> bool:
+def _typed(data: object, types: Mapping[str, type]) -> TypeGuard[dict[str, Any]]:
     return isinstance(data, dict) and all(isinstance(data.get(k), t) for k, t in types.items())
 
 
@@ -229,7 +233,7 @@ class OutputLock:
 
     def __init__(self, folder: Path):
         self.fd = -1
-        if fcntl is None:  # no flock on this platform: packs are not serialised
+        if not HAVE_FLOCK:  # no flock on this platform: packs are not serialised
             return
         self.fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:

@@ -256,10 +256,15 @@ class RemoteOutput:
     def finish(self, writer: FormatWriter, results: list[PartResult], classes: list[str]) -> tuple:
         how = FINISH[writer.name]
         if how == "rename":
-            listing, moves = self.listing(fresh=True), []
-            writer.move = lambda src, dst: moves.append(self.planned_move(listing, src, dst))  # type: ignore
+            listing = self.listing(fresh=True)
+            planned: list[tuple[str, str] | None] = []
+
+            def move(src: str | Path, dst: str | Path) -> None:
+                planned.append(self.planned_move(listing, src, dst))
+
+            writer.move = move  # type: ignore[attr-defined]  # the "rename" formats are RollingWriters
             placed = writer.finish(results, classes)
-            moves = [m for m in moves if m is not None]
+            moves = [m for m in planned if m is not None]
             self.each("renaming", self.fs.cp_file, [(self.path(a), self.path(b)) for a, b in moves])
             self.delete([src for src, _ in moves])
             return placed
@@ -282,7 +287,9 @@ class RemoteOutput:
         self.delete(sorted(set(uploaded) - set(names)))  # staged files that were renamed
         return shards, extra
 
-    def planned_move(self, listing: dict[str, Any], src: str, dst: str) -> tuple[str, str] | None:
+    def planned_move(
+        self, listing: dict[str, Any], src: str | Path, dst: str | Path
+    ) -> tuple[str, str] | None:
         """The server-side copy (then delete) that renames ``src`` to ``dst``; None when an
         earlier, interrupted finish did it already."""
         src, dst = str(src), str(dst)  # rolling formats name index files with a Path

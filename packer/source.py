@@ -50,7 +50,7 @@ class SourceScan:
     compact ``SourceItems`` (see packer/source_items.py), which reads like that list (a list of
     a subclass of ``SourceItem`` is kept as given)."""
 
-    root: Path
+    root: Path | str  # a local folder, or the URL of a remote one (packer/remote_source.py)
     classes: list[str]
     items: SourceItems | list[SourceItem]
     empty_classes: list[str] = field(default_factory=list)

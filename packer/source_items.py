@@ -24,7 +24,7 @@ import tempfile
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -134,7 +134,7 @@ class SourceItems(Sequence):
         items = list(items)
         rels, paths, labels = Strings(), Strings(), array("i")
         indices = np.fromiter((item.index for item in items), np.int64, count=len(items))
-        prefix = None
+        prefix: str | Literal[False] | None = None
         for item in items:
             rels.add(item.rel)
             paths.add(item.path)
@@ -236,7 +236,7 @@ class SourceItems(Sequence):
         return (SourceItems, state)
 
 
-def _split(blob: bytes, ends: np.ndarray, a: int, b: int) -> Iterator[str]:
+def _split(blob: bytes | bytearray | mmap.mmap, ends: np.ndarray, a: int, b: int) -> Iterator[str]:
     bounds = ends[a : b + 1].tolist()
     for k in range(b - a):
         yield blob[bounds[k] : bounds[k + 1] - 1].decode(*ENCODING)

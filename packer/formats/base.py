@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
@@ -60,7 +60,8 @@ def file_sha256(path: Path) -> str:
 def add_label_runs(runs: list[list[int]], labels: list[int] | list[list[int]], counted: bool = False) -> None:
     """Extend ``runs`` ([[label, count], ...]) with ``labels`` (or with runs when ``counted``)."""
     for item in labels:
-        label, count = item if counted else (item, 1)
+        # ``counted`` says which of the two kinds ``labels`` holds
+        label, count = cast("list[int]", item) if counted else (cast(int, item), 1)
         if runs and runs[-1][0] == label:
             runs[-1][1] += count
         else:

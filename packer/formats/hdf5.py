@@ -51,6 +51,7 @@ class Hdf5PartWriter(PartWriter):
         self.encoding = spec.encode
         filters = _filters(compression)
         if self.raw:
+            assert spec.fixed_size is not None  # Hdf5Writer.check_options refuses raw without one
             height, width = spec.fixed_size
             self.shape = (height, width, spec.channels)
             self.images = self.file.create_dataset(

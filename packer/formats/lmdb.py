@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
 
 import lmdb
@@ -63,7 +64,7 @@ class LmdbPartWriter(PartWriter):
         if len(self.pending) >= COMMIT_SAMPLES or self.pending_bytes >= COMMIT_BYTES:
             self._commit()
 
-    def _commit(self, extra: list[tuple[bytes, bytes]] = ()) -> None:
+    def _commit(self, extra: Sequence[tuple[bytes, bytes]] = ()) -> None:
         items = self.pending + list(extra)
         while True:
             try:

@@ -134,7 +134,7 @@ class RollingWriter(FormatWriter):
             self.out.glob(prefix + "*.idx")
         )
 
-    def move(self, src: str, dst: str) -> None:
+    def move(self, src: str | Path, dst: str | Path) -> None:
         """Rename the output's file ``src`` to ``dst`` (a remote output replaces this)."""
         source, target = self.out / src, self.out / dst
         if source.exists():
