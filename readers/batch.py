@@ -100,7 +100,7 @@ class BatchAssembler:
                 "size, so drop resize="
             )
         self.layout = layout
-        self.crop = None if crop is None or random_crop is not None else as_pair(crop, "crop")
+        self.crop = None if crop is None or isinstance(crop, RandomResizedCrop) else as_pair(crop, "crop")
         self.resize = (
             resize if resize is None or isinstance(resize, int) and resize >= 1 else as_pair(resize, "resize")
         )
@@ -164,7 +164,9 @@ class BatchAssembler:
         assert out is not None
         return out[0], out[1], channels
 
-    def params(self, records: Sequence[Record], indices: Sequence[int] | None, epoch: int) -> list[Params]:
+    def params(
+        self, records: Sequence[Record], indices: Sequence[int] | np.ndarray | None, epoch: int
+    ) -> list[Params]:
         """Each record's (window, flip): random when augmenting, from its global sample index."""
         if not self.augment.active:
             return [NO_PARAMS] * len(records)
@@ -194,7 +196,7 @@ class BatchAssembler:
         self,
         records: Sequence[Record],
         out: np.ndarray | None = None,
-        indices: Sequence[int] | None = None,
+        indices: Sequence[int] | np.ndarray | None = None,
         epoch: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(images, labels)`` for ``records`` (global sample ``indices``, needed when augmenting),
@@ -214,7 +216,9 @@ class BatchAssembler:
         self.fill([record], out, self.params([record], [index], epoch))
         return out[0]
 
-    def shared(self, records: Sequence[Record], indices: Sequence[int] | None = None, epoch: int = 0) -> Any:
+    def shared(
+        self, records: Sequence[Record], indices: Sequence[int] | np.ndarray | None = None, epoch: int = 0
+    ) -> Any:
         """What a DataLoader worker yields for ``records``: the batch in a shared ring slot.
 
         In a worker this is a ``readers.shmring.Lease`` that unpickles to ``(images, labels)`` in
@@ -260,6 +264,7 @@ class BatchAssembler:
     def _put_centre(self, record: Record, dst: np.ndarray) -> None:
         geo = self.geometry(record.height, record.width)
         channels = dst.shape[2]
+        src: np.ndarray | None
         if record.encoding == "raw":
             src = np.frombuffer(record.data, dtype=np.uint8).reshape(record.height, record.width, channels)
             if geo.out == geo.resized == src.shape[:2]:

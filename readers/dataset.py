@@ -42,7 +42,7 @@ class RamCache:
 
     def read(self, index: int) -> Record:
         label, height, width, channels = self.meta[index].tolist()
-        data = memoryview(self.data)[self.offsets[index] : self.offsets[index + 1]]
+        data = self.data.data[self.offsets[index] : self.offsets[index + 1]]  # ndarray.data: its memoryview
         return Record(data, label, height, width, channels, self.encoding)
 
 

@@ -133,6 +133,7 @@ class PackedIterable(EpochStream):
         yield from naming_decode_errors(emitted, self.reader, wanted, records)
 
     def _emit_records(self, records: list, positions: np.ndarray, spans: list[tuple[int, int]]):
+        assert self._pass is not None  # set by the iteration running this
         epoch = self._pass.epoch  # random crops and flips: a function of (seed, epoch, sample index)
         cursor = 0
         for a, b in spans:

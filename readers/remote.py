@@ -29,7 +29,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from readers.errors import ChecksumError, ImgpackError, ManifestError
 
@@ -94,7 +94,7 @@ def remote_call(url: str, what: str, call: Callable[..., T], *args: Any, **kwarg
         ) from None
 
 
-def is_url(path: Any) -> bool:
+def is_url(path: Any) -> TypeGuard[str]:
     return isinstance(path, str) and "://" in path
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast, overload
 
 import numpy as np
 
@@ -32,7 +32,17 @@ PIXEL_ENCODINGS = ("raw", "bmp")
 Size = tuple[int, int]
 
 
-def as_size(value: int | Sequence[int] | None, name: str) -> Size | int | None:
+@overload
+def as_size(value: RandomResizedCrop, name: str) -> RandomResizedCrop: ...
+@overload
+def as_size(value: int | Sequence[int] | None, name: str) -> Size | int | None: ...
+@overload
+def as_size(
+    value: int | Sequence[int] | RandomResizedCrop | None, name: str
+) -> Size | int | RandomResizedCrop | None: ...
+def as_size(
+    value: int | Sequence[int] | RandomResizedCrop | None, name: str
+) -> Size | int | RandomResizedCrop | None:
     """``None``, an int (resize: shorter side; crop: square) or an (height, width) pair."""
     if value is None or isinstance(value, RandomResizedCrop):
         return value
@@ -137,7 +147,7 @@ class BatchFeed:
             raise StopIteration
         return self.reader.read_many(self.batch_indices(epoch, i))
 
-    def plan(self, records: Sequence[Record], indices: Sequence[int], epoch: int) -> Plan:
+    def plan(self, records: Sequence[Record], indices: Sequence[int] | np.ndarray, epoch: int) -> Plan:
         """The geometry of a batch (checks it can be stacked): see ``Plan``."""
         stored = [(r.height, r.width) for r in records]
         flips = None
@@ -157,7 +167,8 @@ class BatchFeed:
                     "pass crop=N or resize=(height, width) so every image has one size"
                 )
             return Plan(sizes, None, flips)
-        crop = as_pair(self.crop, "crop")
+        # a RandomResizedCrop makes the augment active: its plan was returned above
+        crop = as_pair(cast(Size | int, self.crop), "crop")
         for h, w in resized:
             if h < crop[0] or w < crop[1]:
                 raise ImgpackError(

@@ -254,6 +254,7 @@ class DaliLoader:
         self._fallback.dataset.set_epoch(self.epoch)
         for images, labels in self._fallback:
             if self.mean is not None:
+                assert self.std is not None  # dali_loader takes mean and std together
                 images = normalise(images, self.mean, self.std, self.layout)
             yield images, labels
 

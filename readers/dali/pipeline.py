@@ -7,6 +7,7 @@ device (``mixed`` = nvJPEG / hardware decoder, or ``cpu``) and where the images 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from nvidia.dali import fn, types
@@ -35,7 +36,9 @@ def build_pipeline(
 ) -> Pipeline:
     parallel = py_workers > 0
     extra = {"py_num_workers": py_workers, "py_start_method": start_method()} if parallel else {}
-    source_args = {"parallel": True, "prefetch_queue_depth": max(2, prefetch)} if parallel else {}
+    source_args: dict[str, Any] = (
+        {"parallel": True, "prefetch_queue_depth": max(2, prefetch)} if parallel else {}
+    )
     pipe = Pipeline(
         batch_size=feed.batch_size,
         num_threads=num_threads,
@@ -56,7 +59,7 @@ def build_pipeline(
         "shape": (types.FLOAT, 1, ""),
         "mirror": (types.INT32, 0, ""),
     }
-    window = {"axis_names": "HW", "normalized_anchor": False, "normalized_shape": False}
+    window: dict[str, Any] = {"axis_names": "HW", "normalized_anchor": False, "normalized_shape": False}
     with pipe:
         outputs = fn.external_source(
             source=feed,
@@ -89,12 +92,13 @@ def build_pipeline(
         resize = {"interp_type": types.INTERP_LINEAR, "antialias": True}
         if feed.resize is not None:
             images = fn.resize(images, size=out["sizes"], **resize)
-        if random_crop:
+        if feed.random_crop is not None:
             images = fn.resize(images, size=[float(v) for v in feed.random_crop.out], **resize)
         elif feed.crop is not None:  # the centre window, at the offsets readers.geometry computed
             images = fn.slice(images, out["anchor"], out["shape"], **window)
         cmn = {"dtype": types.UINT8}
         if mean is not None:
+            assert std is not None  # dali_loader takes mean and std together
             cmn = {"dtype": types.FLOAT, "mean": list(map(float, mean)), "std": list(map(float, std))}
         if "mirror" in out:
             cmn["mirror"] = out["mirror"]

@@ -86,7 +86,7 @@ class FormatReader:
         self.remote = is_url(root)
         if cache_dir is not None and not self.remote:
             raise ValueError(f"{root}: cache_dir is for datasets behind a URL; this one is local")
-        self.root = root if self.remote else Path(root)
+        self.root: str | Path = root if is_url(root) else Path(root)
         # Behind a URL: parts are fetched through this (see readers.remote_parts).
         self.parts = RemoteParts(str(root), storage_options, cache_dir, cache_size) if self.remote else None
         self.cache_dir = cache_dir
@@ -121,8 +121,11 @@ class FormatReader:
 
     def part_path(self, name: str) -> Path:
         """``root / name`` for a name from the manifest or an index, refused if it leaves the dataset."""
-        path = self.root / name
-        inside(self.root, path, f"{self.root}: {name}")
+        root = self.root
+        if not isinstance(root, Path):  # a URL: its parts go through self.parts
+            raise TypeError(f"{root}: part_path is for local datasets")
+        path = root / name
+        inside(root, path, f"{root}: {name}")
         return path
 
     def describe(self, index: int) -> str:

@@ -108,7 +108,8 @@ class Hdf5Part:
                 _expect(path, "images", self.images, "u", (None,))
                 _expect(path, "offsets", self.file["offsets"], "iu", (n + 1,))
                 _expect(path, "shapes", self.file["shapes"], "iu", (n, 3))
-                self.offsets = np.asarray(self.file["offsets"][:], dtype=np.int64)  # no copy if int64
+                # no copy if int64
+                self.offsets: np.ndarray | None = np.asarray(self.file["offsets"][:], dtype=np.int64)
                 self.shapes = self.file["shapes"][:]
                 steps = np.diff(self.offsets)
                 if self.offsets[0] != 0 or (steps < 0).any() or self.offsets[-1] > self.images.shape[0]:
@@ -166,6 +167,7 @@ class Hdf5Reader(FormatReader):
         return self._flat(part, a, b, first) if part.flat else self._array(part, a, b, first)
 
     def _flat(self, part: Hdf5Part, a: int, b: int, first: int) -> list[Record]:
+        assert part.offsets is not None and part.shapes is not None  # a flat part has both
         offsets = part.offsets[a : b + 1]
         base = int(offsets[0])
         data = memoryview(part.images[base : int(offsets[-1])])  # one read for the whole block

@@ -72,9 +72,9 @@ def shared_env(data_file: str) -> lmdb.Environment:
     or a part's copy in the remote cache), opened once per process."""
     global _ENVS_PID
     if _ENVS_PID != os.getpid():
-        for env in _ENVS.values():
+        for stale in _ENVS.values():
             try:
-                env.close()
+                stale.close()
             except lmdb.Error:
                 pass
         _ENVS.clear()

@@ -293,7 +293,8 @@ class TarReader(FormatReader):
                 fields = [meta[k] for k in ("label", "height", "width", "channels")]
                 if not all(type(v) is int and v >= 0 for v in fields):
                     raise ValueError(f"label and shape must be integers, got {fields}")
-                records.append(Record(view[off : off + size], *fields, encoding))
+                label, height, width, channels = fields
+                records.append(Record(view[off : off + size], label, height, width, channels, encoding))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ManifestError(
                     f"{self.location(shard.file)}: sample {shard.first + a + len(records)} has unreadable "

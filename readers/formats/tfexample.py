@@ -46,12 +46,14 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def encode_feature(value: FeatureValue) -> bytes:
     """A ``Feature``: bytes/str -> bytes_list, int -> int64_list, float -> float_list; lists too."""
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    if all(isinstance(v, (bytes, bytearray, memoryview, str)) for v in values):
-        items = b"".join(_field(1, v.encode("utf-8") if isinstance(v, str) else bytes(v)) for v in values)
+    values: list[object] = list(value) if isinstance(value, (list, tuple)) else [value]
+    texts = [v for v in values if isinstance(v, (bytes, bytearray, memoryview, str))]
+    if len(texts) == len(values):
+        items = b"".join(_field(1, v.encode("utf-8") if isinstance(v, str) else bytes(v)) for v in texts)
         return _field(1, items)
-    if all(isinstance(v, int) for v in values):
-        return _field(3, _field(1, b"".join(varint(v) for v in values)))
+    ints = [v for v in values if isinstance(v, int)]
+    if len(ints) == len(values):
+        return _field(3, _field(1, b"".join(varint(v) for v in ints)))
     if all(isinstance(v, float) for v in values):
         return _field(2, _field(1, struct.pack(f"<{len(values)}f", *values)))
     raise TypeError(f"cannot store {value!r} in a tf.train.Example feature (bytes, str, int or float)")
@@ -86,6 +88,7 @@ def fields(view: memoryview, pos: int = 0, end: int | None = None):
     while pos < end:
         key, pos = _read_varint(view, pos, end)
         number, wire = key >> 3, key & 7
+        value: int | memoryview
         if wire == VARINT:
             value, pos = _read_varint(view, pos, end)
         elif wire == LEN:
@@ -183,7 +186,7 @@ def leading_entries(data: Buffer, count: int) -> list[tuple[bytes, memoryview]]:
         return []
     size, pos = _varint_at(view, 1, end)
     features_end = min(end, pos + size)
-    out = []
+    out: list[tuple[bytes, memoryview]] = []
     try:
         while pos < features_end and len(out) < count:
             if view[pos] != 0x0A:
