@@ -39,26 +39,6 @@ def parse_size(text: str | None) -> int | None:
     return int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
 
 
-def parse_storage_options(text: str | None) -> dict[str, Any] | None:
-    """``--storage-options``: a JSON object, or ``@path`` of a file holding one (never echoed back)."""
-    if text is None:
-        return None
-    where = "--storage-options"
-    if text.startswith("@"):
-        where = text[1:]
-        try:
-            text = open(where, encoding="utf-8").read()
-        except OSError as exc:
-            raise click.BadParameter(f"{where}: cannot read it ({exc.strerror})") from None
-    try:
-        options = json.loads(text)
-    except ValueError:
-        options = None
-    if not isinstance(options, dict):
-        raise click.BadParameter(f"{where}: not a JSON object like '{{\"anon\": false}}'")
-    return options
-
-
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
@@ -77,6 +57,9 @@ BUG_NOTICE = (
 )
 
 
+RESUMABLE_COMMANDS = {"imagefolder", "imagelist"}  # the ones with --resume
+
+
 class ImgpackGroup(click.Group):
     """User errors (``ImgpackError``, click's usage errors) become one line on stderr and exit code 1
     (2 for usage); anything else is a bug and keeps its traceback. ``--debug``: tracebacks always."""
@@ -90,7 +73,9 @@ class ImgpackGroup(click.Group):
                 raise
             raise click.ClickException(str(exc)) from None
         except KeyboardInterrupt:
-            click.echo("interrupted; re-run the same command with --resume to finish", err=True)
+            resumable = ctx.invoked_subcommand in RESUMABLE_COMMANDS
+            hint = "; re-run the same command with --resume to finish" if resumable else ""
+            click.echo(f"interrupted{hint}", err=True)
             sys.exit(130)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
@@ -188,12 +173,7 @@ def main(debug: bool) -> None:
 )
 @click.option("--force", is_flag=True, help="Replace an existing output dataset.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
-@click.option(
-    "--storage-options",
-    default=None,
-    metavar="JSON|@FILE",
-    help="fsspec options for s3:// (gs://, ...) SRC/OUT, e.g. an endpoint; credentials from the environment.",
-)
+@storage_options_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def imagefolder(
@@ -260,7 +240,7 @@ def imagefolder(
         resume=resume,
         quiet=quiet or as_json,
         ray_address=ray_address,
-        storage_options=parse_storage_options(storage_options),
+        storage_options=storage_options or None,
     )
     if as_json:
         emit_json({**asdict(report), "images_per_second": report.images_per_second})
@@ -306,11 +286,12 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def info(dataset: str, as_json: bool) -> None:
-    """Describe the packed DATASET."""
+@storage_options_option
+def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
+    """Describe the packed DATASET (a directory or URL)."""
     from readers.manifest import read_manifest
 
-    manifest = read_manifest(dataset)
+    manifest = read_manifest(dataset, storage_options or None)
     if as_json:
         emit_json(asdict(manifest))
         return

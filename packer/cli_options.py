@@ -37,7 +37,7 @@ def parse_storage_options(text: str | None) -> dict[str, Any]:
             param_hint=source,
         ) from None
     if not isinstance(value, dict):
-        raise click.BadParameter("must be a JSON object", param_hint=source)
+        raise click.BadParameter("not a JSON object like '{\"anon\": false}'", param_hint=source)
     return value
 
 

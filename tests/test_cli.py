@@ -151,6 +151,21 @@ def test_verify_detects_corruption(tmp_path):
     assert "sha256 does not match" in proc.stderr and "FAILED" in proc.stdout
 
 
+def test_interrupt_names_resume_only_for_commands_that_have_it(tmp_path, monkeypatch):
+    import packer.verify
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(packer.verify, "verify_dataset", interrupted)
+    result = CliRunner().invoke(main, ["verify", str(tmp_path)])
+    assert result.exit_code == 130 and result.output.strip() == "interrupted"
+    monkeypatch.setattr("packer.engine.pack_folder", interrupted)
+    result = invoke("imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", tmp_path / "out", "-q")
+    assert result.exit_code == 130
+    assert result.output.strip() == "interrupted; re-run the same command with --resume to finish"
+
+
 def test_parse_size():
     assert parse_size("512MB") == 512_000_000
     assert parse_size("1GiB") == 2**30

@@ -190,6 +190,21 @@ def test_pack_verify_cli_workers_local_and_remote(s3, packed, tmp_path):
     ]
 
 
+def test_pack_info_reads_a_url_dataset(s3, packed):
+    from click.testing import CliRunner
+
+    from packer.cli import main
+
+    local = pack_small(packed, "hdf5")
+    url = upload(s3, local, "info-hdf5")
+    result = CliRunner().invoke(main, ["info", url, "--storage-options", json.dumps(s3[1]), "--json"])
+    assert result.exit_code == 0, result.output
+    here = CliRunner().invoke(main, ["info", str(local), "--json"])
+    assert json.loads(result.output) == json.loads(here.output)
+    text = CliRunner().invoke(main, ["info", url, "--storage-options", json.dumps(s3[1])]).output
+    assert text.startswith(f"dataset   {url}\n") and "44 in 5 classes" in text
+
+
 def test_unreachable_endpoint_and_bad_storage_options_never_echo_secrets():
     from click.testing import CliRunner
 
