@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from packer.source import IMAGE_EXTENSIONS, SourceItem, SourceScan
+from packer.source import IMAGE_EXTENSIONS, SourceScan
+from packer.source_items import ItemsBuilder
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
 from readers.remote import remote_call, url_fs
@@ -31,54 +32,57 @@ def _hidden(name: str) -> bool:
 
 
 def scan_url(url: str, storage_options: dict[str, Any] | None = None) -> SourceScan:
-    """The image folder at ``url`` (``url/<class>/**/<image>``), listed in one pass."""
+    """The image folder at ``url`` (``url/<class>/**/<image>``), listed one class at a time.
+
+    All keys of a class share its prefix, so each class is listed, sorted and written into the
+    compact item table on its own: the scan holds one class's names at a time, not the bucket's.
+    """
     fs, root = url_fs(url, storage_options)
     root = root.rstrip("/")
-    # Names only (not fsspec's info dicts): a listing of millions of objects stays a list of str.
-    listing = remote_call(url, "listing the source", fs.find, root)
-    top = remote_call(url, "listing the source", fs.ls, root, detail=True) if listing else []
-    if not listing and not remote_call(url, "listing the source", fs.exists, root):
+    if not remote_call(url, "listing the source", fs.exists, root):
         raise ImgpackError(f"{url}: no such folder; give the root of an image folder (root/<class>/<image>)")
+    top = remote_call(url, "listing the source", fs.ls, root, detail=True)
     # Folders below the root are classes even when empty (S3: a "folder/" marker object).
-    class_names = {
-        info["name"].rstrip("/").rsplit("/", 1)[-1] for info in top if info.get("type") == "directory"
-    }
-    class_names = {name for name in class_names if not _hidden(name)}
-    files: dict[str, list[str]] = {}  # class -> paths inside it
-    ignored = 0
-    for path in listing:
-        parts = path[len(root) :].strip("/").split("/")
-        if not parts[0] or _hidden(parts[0]) or len(parts) == 1 or path.endswith("/"):
-            continue  # hidden, a file beside the classes, or a folder marker
-        class_names.add(parts[0])
-        if any(_hidden(p) for p in parts[1:-1]):
-            continue  # below a hidden folder: not looked at
-        name = parts[-1]
-        if _hidden(name) or not name.lower().endswith(IMAGE_EXTENSIONS):
-            ignored += 1
-            continue
-        files.setdefault(parts[0], []).append("/".join(parts[1:]))
-    classes = sorted(class_names)
+    names = {info["name"].rstrip("/").rsplit("/", 1)[-1] for info in top if info.get("type") == "directory"}
+    classes = sorted(name for name in names if not _hidden(name))
     if not classes:
-        _refuse_packed_dataset(url, listing, root)
+        _refuse_packed_dataset(url, [info["name"] for info in top], root)
         raise ImgpackError(
             f"{url}: no class folders found; expected root/<class>/<image> (ImageFolder layout)"
         )
-    items: list[SourceItem] = []
+    builder = ItemsBuilder(fs.unstrip_protocol(root) + "/")  # an item's path: this prefix + rel
     empty: list[str] = []
+    ignored = 0
     for label, name in enumerate(classes):
-        found = sorted(files.get(name, []))
+        found, hidden = _class_files(url, fs, f"{root}/{name}")
+        ignored += hidden
         if not found:
             empty.append(name)
-        for rel in found:
-            url_of = fs.unstrip_protocol(f"{root}/{name}/{rel}")
-            items.append(SourceItem(len(items), url_of, f"{name}/{rel}", label))
-    if not items:
-        _refuse_packed_dataset(url, listing, root)
+        for rel in sorted(found):
+            builder.add(f"{name}/{rel}", label)
+    if not len(builder):
+        _refuse_packed_dataset(url, [info["name"] for info in top], root)
         raise ImgpackError(
             f"{url}: no image files in any class folder (looked for {', '.join(IMAGE_EXTENSIONS)})"
         )
-    return SourceScan(url.rstrip("/"), classes, items, empty, ignored, [])
+    return SourceScan(url.rstrip("/"), classes, builder.build(), empty, ignored, [])
+
+
+def _class_files(url: str, fs: Any, folder: str) -> tuple[list[str], int]:
+    """Image paths inside ``folder`` (relative to it) and the count of non-image files."""
+    found: list[str] = []
+    ignored = 0
+    for path in remote_call(url, "listing the source", fs.find, folder):
+        parts = path[len(folder) :].strip("/").split("/")
+        if not parts[0] or path.endswith("/"):
+            continue  # the folder's own marker object
+        if any(_hidden(p) for p in parts[:-1]):
+            continue  # below a hidden folder: not looked at
+        if _hidden(parts[-1]) or not parts[-1].lower().endswith(IMAGE_EXTENSIONS):
+            ignored += 1
+            continue
+        found.append("/".join(parts))
+    return found, ignored
 
 
 def _refuse_packed_dataset(url: str, listing: list[str], root: str) -> None:

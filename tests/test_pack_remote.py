@@ -93,6 +93,10 @@ def test_remote_scan_equals_the_local_scan(source, s3):
     ]
     assert (remote.ignored, remote.empty_classes) == (local.ignored, local.empty_classes) == (2, ["zz_empty"])
     assert remote.items[0].path == f"{url}/{remote.items[0].rel}"
+    fs, _ = s3
+    fs.pipe({f"{BUCKET}/packed/manifest.json": b"{}", f"{BUCKET}/packed/data-000000.lmdb/data.mdb": b"x"})
+    with pytest.raises(ImgpackError, match="this is an imgpack dataset"):
+        scan_url(f"s3://{BUCKET}/packed", options)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
