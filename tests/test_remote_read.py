@@ -224,3 +224,36 @@ def test_unreachable_endpoint_and_bad_storage_options_never_echo_secrets():
     assert "not-a-real-secret" not in str(caught.value) and "AKIDEXAMPLE" not in str(caught.value)
     result = CliRunner().invoke(main, ["verify", "s3://b/ds", "--storage-options", '{"secret": "hush"'])
     assert result.exit_code == 2 and "not valid JSON" in result.output and "hush" not in result.output
+
+
+@pytest.mark.parametrize("mode", ["batch", "sample"])
+def test_remote_dataset_resumes_mid_epoch_through_the_cache_with_verify(s3, packed, tmp_path, mode):
+    # remote x cache x verify x persistent workers x set_epoch x resume, on both read paths.
+    from readers import make_loader
+
+    url = upload(s3, pack_small(packed, "lmdb"), f"resume-{mode}")
+    batch = {"batch_size": 4} if mode == "batch" else {}
+    loader_batch = {} if mode == "batch" else {"batch_size": 4}
+
+    def loader():
+        it = open_iterable(url, seed=3, verify=True, storage_options=s3[1], cache_dir=tmp_path, **batch)
+        return make_loader(it, num_workers=2, persistent_workers=True, **loader_batch)
+
+    def labels(batches):
+        return [y.tolist() for _, y in batches]
+
+    first = loader()
+    first.dataset.set_epoch(1)
+    full = labels(first)
+    taken = []
+    for _, y in first:  # epoch 1 again, stopped after 3 batches
+        taken.append(y.tolist())
+        if len(taken) == 3:
+            break
+    state = first.state_dict()
+    resumed = loader()
+    resumed.load_state_dict(state)
+    resumed.dataset.set_epoch(1)
+    assert taken == full[:3] and labels(resumed) == full[3:]
+    every = open_dataset(url, storage_options=s3[1]).reader.labels()
+    assert sorted(i for b in full for i in b) == sorted(every.tolist())
