@@ -11,9 +11,9 @@ from typing import Any
 import click
 
 from packer.cli_options import storage_options_option
-from packer.formats import WRITERS
 from packer.preprocess import DEFAULT_MAX_PIXELS, ENCODINGS, RESAMPLE, RESIZE_MODES, PreprocessSpec
 from readers.errors import ImgpackError
+from readers.formats.registry import format_names, formats_taking
 
 SIZE_UNITS = {
     "": 1,
@@ -99,7 +99,7 @@ def main(debug: bool) -> None:
 
 @main.command()
 @click.argument("src", type=click.Path(path_type=str))
-@click.option("--to", "fmt", required=True, type=click.Choice(sorted(WRITERS)), help="Output format.")
+@click.option("--to", "fmt", required=True, type=click.Choice(format_names()), help="Output format.")
 @click.option("-o", "--out", required=True, type=click.Path(path_type=str), help="Output dataset directory.")
 @click.option("--resize", type=click.IntRange(min=1), help="Target size in pixels (see --resize-mode).")
 @click.option(
@@ -156,13 +156,15 @@ def main(debug: bool) -> None:
 @click.option("--shards", type=click.IntRange(min=1), default=None, help="Split into N shards/files.")
 @click.option("--samples-per-shard", type=click.IntRange(min=1), default=None)
 @click.option(
-    "--shard-size", default=None, help="Roll over to a new shard at this size, e.g. 512MB (tar, tfrecord)."
+    "--shard-size",
+    default=None,
+    help=f"Roll over to a new shard at this size, e.g. 512MB ({', '.join(formats_taking('shard_size'))}).",
 )
 @click.option(
     "--compression",
     type=click.Choice(["none", "lzf", "gzip"]),
     default=None,
-    help="HDF5 dataset compression (hdf5 only).",
+    help=f"Dataset compression ({', '.join(formats_taking('compression'))} only).",
 )
 @click.option(
     "--on-error",

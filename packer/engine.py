@@ -35,14 +35,14 @@ from typing import Any
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.lifetime import die_with_parent
-from packer.output import PROGRESS_NAME, check_not_source, open_output, remove_temporaries, replace_output
+from packer.output import check_not_source, open_output, remove_temporaries, replace_output
 from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
 from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
 from packer.source_items import chunked, rel_run
 from readers.errors import ImgpackError
-from readers.manifest import Manifest, write_atomic, write_manifest
+from readers.manifest import PROGRESS_NAME, Manifest, write_atomic, write_manifest
 from readers.remote import is_url
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}

@@ -1,8 +1,8 @@
 """The output directory of a pack: what is ours, who may write it, and how it is replaced.
 
 - Ownership: ``--force`` and a restarted ``--resume`` delete only entries imgpack writes (the
-  manifest when it parses as ours, the progress file, data files by their name patterns, BMP
-  class folders holding only ``.bmp`` files). Anything else makes the pack refuse, naming it.
+  manifest when it parses as ours, the progress file, the files and folders each registered
+  format declares as its own). Anything else makes the pack refuse, naming it.
 - Lock: the pack holds ``flock(LOCK_EX | LOCK_NB)`` on the output directory itself for its whole
   run, so a second pack into the same output fails at once instead of interleaving writes.
 - Replacement: ``--force`` over a complete dataset builds the new one in a sibling staging
@@ -19,12 +19,13 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from readers.errors import ImgpackError
-from readers.manifest import MANIFEST_NAME
+from readers.formats.registry import registered
+from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
 
 try:
     import fcntl
@@ -33,18 +34,12 @@ try:
 except ImportError:  # Windows: no flock, packs are not serialised
     HAVE_FLOCK = False
 
-PROGRESS_NAME = ".imgpack-progress.json"
 STAGING_SUFFIX = ".imgpack-new"
-OUR_FILES = re.compile(
-    r"""(
-        \.imgpack-progress\.json | \.imgpack-write-test
-      | \.(manifest\.json|imgpack-progress\.json|files-\d{6}\.jsonl)\.[^/]*\.?tmp
-      | data-\d{6}\.h5 | (shard|part)-\d{6}(-\d{5})?\.(tar|idx) | files-\d{6}\.jsonl
-    )$""",
-    re.VERBOSE,
-)
-LMDB_DIR = re.compile(r"data-\d{6}\.lmdb$")
-LMDB_FILES = {"data.mdb", "lock.mdb"}
+WRITE_TEST = ".imgpack-write-test"
+STAGING_FOLDERS = (".staging", ".ray-staging")  # parts in the making (BMP parts, Ray runs)
+# An atomic write in progress (readers.manifest.write_atomic, the BMP index): ``.<name>[.<pid>].tmp``.
+TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(\d+\.)?tmp")
+SEALED = (MANIFEST_NAME, PROGRESS_NAME.lstrip("."))  # imgpack's own files that are written atomically
 
 
 def staging_dir(out: Path) -> Path:
@@ -104,34 +99,47 @@ def progress_is_ours(data: object) -> bool:
     return _typed(data, PROGRESS_TYPES)
 
 
-def _only_bmp_below(folder: Path) -> bool:
-    for _, _, files in os.walk(folder):
-        if any(not name.lower().endswith(".bmp") for name in files):
-            return False
-    return True
+def owned(name: str, below: Sequence[str] | None, read_json: Callable[[str], object]) -> bool:
+    """Whether the top-level output entry ``name`` is one imgpack writes: a file (``below`` None)
+    or a folder holding the files ``below``. The formats in the registry say which data files and
+    folders are theirs; the manifest and progress file count when they parse as ours
+    (``read_json(name)``). The same rules hold for a local folder and a bucket."""
+    if below is not None:
+        return name in STAGING_FOLDERS or any(f.owns(name, below) for f in registered().values())
+    if name == MANIFEST_NAME:
+        return manifest_is_ours(read_json(name))
+    if name == PROGRESS_NAME:
+        return progress_is_ours(read_json(name))
+    return owned_file(name)
 
 
-def _is_ours(entry: os.DirEntry) -> bool:
-    path = Path(entry.path)
+def owned_file(name: str) -> bool:
+    """Whether ``name`` is a data file of a registered format, imgpack's write probe, or a
+    temporary of one of them or of the manifest or progress file."""
+    if name == WRITE_TEST:
+        return True
+    temporary = TEMPORARY.fullmatch(name)
+    if temporary and (temporary["name"] in SEALED or owned_file(temporary["name"])):
+        return True
+    return any(f.owns(name) for f in registered().values())
+
+
+def _files_below(folder: str) -> list[str]:
+    walk = os.walk(folder)
+    return [os.path.relpath(os.path.join(top, name), folder) for top, _, files in walk for name in files]
+
+
+def _is_ours(folder: Path, entry: os.DirEntry) -> bool:
     if entry.is_symlink():
         return False
-    if entry.is_dir():
-        if entry.name in (".staging", ".ray-staging"):
-            return True
-        if LMDB_DIR.match(entry.name):
-            return set(os.listdir(path)) <= LMDB_FILES
-        return _only_bmp_below(path)  # a class folder of the BMP cache
-    if entry.name == MANIFEST_NAME:
-        return is_our_manifest(path)
-    if entry.name == PROGRESS_NAME:
-        return is_our_progress(path)
-    return bool(OUR_FILES.match(entry.name))
+    below = _files_below(entry.path) if entry.is_dir() else None
+    return owned(entry.name, below, lambda name: _read_json(folder / name))
 
 
 def foreign_entries(folder: Path) -> list[str]:
     """Names in ``folder`` that imgpack did not write (sorted)."""
     with os.scandir(folder) as entries:
-        return sorted(e.name for e in entries if not _is_ours(e))
+        return sorted(e.name for e in entries if not _is_ours(folder, e))
 
 
 def refuse_foreign(folder: Path, action: str) -> None:
@@ -160,7 +168,7 @@ def remove_temporaries(folder: Path) -> None:
     """Drop temp files a killed pack left (atomic writes that never reached their rename)."""
     with os.scandir(folder) as entries:
         for entry in list(entries):
-            if entry.name.endswith(".tmp") and OUR_FILES.match(entry.name) and entry.is_file():
+            if TEMPORARY.fullmatch(entry.name) and owned_file(entry.name) and entry.is_file():
                 os.unlink(entry.path)
 
 
@@ -180,7 +188,7 @@ def open_output(out: Path, force: bool, resume: bool) -> tuple[Path, OutputLock]
     lock = OutputLock(out)
     try:
         work = _work_dir(out, force, resume)
-        probe = work / ".imgpack-write-test"
+        probe = work / WRITE_TEST
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as exc:

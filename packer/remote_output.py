@@ -8,10 +8,11 @@ a part only when every one of its objects is present with the recorded size and 
 else is packed and uploaded again. With ``--engine ray`` each task writes its part in a
 temporary folder on its own node and uploads it itself (``part_done``).
 
-``finish`` depends on the format (``FINISH``): tar/tfrecord rename their part files to shard
-names on the server (copy + delete, no download); LMDB has nothing to do; HDF5 and BMP rewrite
-their files (HDF5 stores the manifest in each file, BMP renames every image), so their parts are
-downloaded into the staging folder, finished there and uploaded again.
+``finish`` is what the format's registry entry says (``Format.remote_finish``): "rename" formats
+(tar, tfrecord) rename their part files to shard names on the server (copy + delete, no
+download); "as-is" ones (LMDB) have nothing to do; "local" ones rewrite their files (HDF5 stores
+the manifest in each file, BMP renames every image), so their parts are downloaded into the
+staging folder, finished there and uploaded again.
 
 ``--force`` deletes only objects imgpack recognises as its own (the rules of packer/output.py);
 unlike a local output, a replaced remote dataset is not swapped in atomically: the old manifest
@@ -30,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult
-from packer.output import LMDB_DIR, LMDB_FILES, OUR_FILES, OutputLock, manifest_is_ours, progress_is_ours
+from packer.output import OutputLock, manifest_is_ours, owned, progress_is_ours
 from readers.errors import ImgpackError
+from readers.formats.registry import format_named, registered
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
 from readers.remote import RemoteError, remote_call, url_fs
 
-# How each format's finish runs on a remote output (see the module docstring).
-FINISH = {"tar": "rename", "tfrecord": "rename", "lmdb": "as-is", "hdf5": "local", "bmp": "local"}
 IO_THREADS = 8  # uploads, copies, downloads in flight at once
 UPLOADED = "uploaded"  # PartResult.extra key: {object name: {"size": n, "etag": ...}}
 
@@ -154,17 +154,7 @@ class RemoteOutput:
         return sorted(top for top, rests in below.items() if not self._is_ours(top, rests))
 
     def _is_ours(self, top: str, rests: list[str]) -> bool:
-        if rests != [""]:  # a folder
-            if top in (".staging", ".ray-staging"):
-                return True
-            if LMDB_DIR.match(top):
-                return set(rests) <= LMDB_FILES
-            return all(r.lower().endswith(".bmp") for r in rests)  # a class folder of the BMP cache
-        if top == MANIFEST_NAME:
-            return manifest_is_ours(self.read_json(top))
-        if top == PROGRESS_NAME:
-            return progress_is_ours(self.read_json(top))
-        return bool(OUR_FILES.match(top))
+        return owned(top, None if rests == [""] else rests, self.read_json)  # rests: a folder's files
 
     def refuse_foreign(self, action: str) -> None:
         foreign = self.foreign()
@@ -254,7 +244,7 @@ class RemoteOutput:
 
     # -- the end ------------------------------------------------------------------------------
     def finish(self, writer: FormatWriter, results: list[PartResult], classes: list[str]) -> tuple:
-        how = FINISH[writer.name]
+        how = format_named(writer.name).remote_finish
         if how == "rename":
             listing = self.listing(fresh=True)
             planned: list[tuple[str, str] | None] = []
@@ -309,9 +299,10 @@ class RemoteOutput:
 
 
 def check_remote_format(fmt: str, url: str) -> None:
-    if fmt not in FINISH:
+    if format_named(fmt).remote_finish is None:
+        can = ", ".join(name for name, f in registered().items() if f.remote_finish is not None)
         raise ImgpackError(
-            f"{url}: --to {fmt} cannot be written to a URL yet (it can: {', '.join(sorted(FINISH))}); "
+            f"{url}: --to {fmt} cannot be written to a URL yet (it can: {can}); "
             "pack to a local folder and upload it"
         )
 

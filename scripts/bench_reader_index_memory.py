@@ -25,9 +25,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from readers.formats.hdf5 import MANIFEST_ATTR  # noqa: E402
-from readers.formats.hdf5 import shard_name as h5_name  # noqa: E402
-from readers.formats.tar import format_index, index_name, sample_key, shard_name  # noqa: E402
+from readers.formats.hdf5.reader import MANIFEST_ATTR  # noqa: E402
+from readers.formats.hdf5.reader import shard_name as h5_name  # noqa: E402
+from readers.formats.tar.reader import format_index, index_name, sample_key, shard_name  # noqa: E402
 from readers.manifest import Manifest, Shard, write_manifest  # noqa: E402
 
 CHILD = r"""

@@ -16,11 +16,14 @@ sys.path.insert(0, str(REPO))
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from packer.formats import WRITERS  # noqa: E402
 from readers import open_dataset, open_iterable, read_manifest  # noqa: E402
+from readers.formats import format_named, format_names  # noqa: E402
 
-# Options per format where the default (jpeg) does not apply.
-FORMAT_ARGS = {"bmp": ["--encode", "bmp"]}
+
+def format_args(fmt: str) -> list[str]:
+    """``--encode`` for a format that stores one encoding only (the default, jpeg, does not apply)."""
+    encodings = format_named(fmt).encodings
+    return ["--encode", encodings[0]] if len(encodings) == 1 else []
 
 
 def pack(fmt: str, out: Path) -> list[str]:
@@ -38,7 +41,7 @@ def pack(fmt: str, out: Path) -> list[str]:
         "128",
         "--force",
         "-q",
-        *FORMAT_ARGS.get(fmt, []),
+        *format_args(fmt),
     ]
     print("$", " ".join(cmd), flush=True)
     subprocess.run([sys.executable, "-m", "packer.cli", *cmd[1:]], cwd=REPO, check=True)
@@ -69,7 +72,7 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
-    for fmt in sorted(WRITERS):
+    for fmt in format_names():
         path = args.out / f"sample.{fmt}"
         pack(fmt, path)
         results[fmt] = read_back(path)

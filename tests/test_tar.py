@@ -237,7 +237,7 @@ def test_compression_is_refused(tmp_path):
 
 
 def test_interrupted_pack_resumes_to_the_same_bytes(tmp_path, monkeypatch):
-    from packer.formats import tar as tar_writer
+    from readers.formats.tar import writer as tar_writer
 
     spec, options = PreprocessSpec(resize=48), {"samples_per_shard": 10, "shard_size": 15_000}
     clean = tmp_path / "clean"

@@ -20,8 +20,8 @@ from readers import open_dataset
 from readers.decode import decode_array
 from readers.errors import ChecksumError
 from readers.formats import open_reader
-from readers.formats.tfexample import decode_example, encode_example
-from readers.formats.tfrecord import scan_records
+from readers.formats.tfrecord.example import decode_example, encode_example
+from readers.formats.tfrecord.reader import scan_records
 from readers.manifest import MANIFEST_NAME, SEAL_FIELD, seal_of
 from tests.conftest import run_cli
 

@@ -1,23 +1,17 @@
-"""Registry of format writers: ``--to`` name -> "module:Class" (imported on use)."""
+"""The writing side of the formats: the writer interface (base.py, rolling.py) and ``writer_class``.
+
+Each format's writer lives in its own package (``readers/formats/<name>/writer.py``) and is
+imported here, by the name its registry entry gives, only when a pack needs it.
+"""
 
 from __future__ import annotations
 
 from packer.formats.base import FormatWriter, PartResult, PartWriter
-from readers.errors import ImgpackError
-from readers.formats import load_registered
-
-WRITERS: dict[str, str] = {
-    "lmdb": "packer.formats.lmdb:LmdbWriter",
-    "tar": "packer.formats.tar:TarWriter",
-    "hdf5": "packer.formats.hdf5:Hdf5Writer",
-    "bmp": "packer.formats.bmp:BmpWriter",
-    "tfrecord": "packer.formats.tfrecord:TfrecordWriter",
-}
+from readers.formats.registry import format_named
 
 
 def writer_class(name: str) -> type[FormatWriter]:
-    error = ImgpackError(f"unknown format {name!r}; choose one of {', '.join(sorted(WRITERS))}")
-    return load_registered(WRITERS, name, error)
+    return format_named(name).writer_class()
 
 
-__all__ = ["WRITERS", "FormatWriter", "PartResult", "PartWriter", "writer_class"]
+__all__ = ["FormatWriter", "PartResult", "PartWriter", "writer_class"]

@@ -9,6 +9,7 @@ each its place (``Shard.first``) in the dataset.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, ClassVar, cast
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
 from readers.formats.base import sha256_of
+from readers.formats.registry import format_named, formats_taking
 from readers.manifest import Shard
 
 
@@ -84,10 +86,6 @@ class PartWriter:
         return {}
 
 
-# Pack options every format takes: how the dataset is cut into shards.
-SHARDING_OPTIONS = ("shards", "samples_per_shard")
-
-
 def option_flag(option: str) -> str:
     return "--" + option.replace("_", "-")
 
@@ -96,24 +94,27 @@ class FormatWriter:
     name: ClassVar[str] = ""
     # How many parts to cut the source into when the user does not say (None: one part).
     default_samples_per_part: ClassVar[int | None] = None
-    # The pack options (``--shard-size`` -> ``shard_size``) this format uses; a format-specific
-    # option given for a format that does not list it is an error naming the formats that do.
-    accepted_options: ClassVar[tuple[str, ...]] = SHARDING_OPTIONS
 
     def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
         self.out = Path(out)
         self.spec = spec
         self.options = options
         self.refuse_foreign_options()
+        self.check_encoding()
         self.check_options()
+
+    @property
+    def accepted_options(self) -> tuple[str, ...]:
+        """The pack options (``--shard-size`` -> ``shard_size``) this format declares in its
+        registry entry; one given for a format that does not list it is an error naming the
+        formats that do."""
+        return format_named(self.name).pack_options
 
     def refuse_foreign_options(self) -> None:
         """Raise ImgpackError for a given option that another format uses and this one does not."""
-        from packer.formats import WRITERS, writer_class
-
         given = [k for k, v in self.options.items() if v is not None and k not in self.accepted_options]
         for option in given:
-            users = [name for name in sorted(WRITERS) if option in writer_class(name).accepted_options]
+            users = formats_taking(option)
             if users:  # options no format declares (engine settings) are not the formats' business
                 flag = option_flag(option)
                 raise ImgpackError(
@@ -121,11 +122,20 @@ class FormatWriter:
                     f"drop {flag}"
                 )
 
-    def check_options(self) -> None:
-        """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size).
+    def check_encoding(self) -> None:
+        """The encoding must be one the format stores; a format storing one pins it (``--to bmp``
+        is ``--encode bmp``): the engine preprocesses with ``self.spec``."""
+        encodings = format_named(self.name).encodings
+        if len(encodings) == 1:
+            self.spec = dataclasses.replace(self.spec, encode=encodings[0])
+        elif self.spec.encode not in encodings:
+            raise ImgpackError(
+                f"--to {self.name} does not store --encode {self.spec.encode}; "
+                f"use one of {', '.join(encodings)}"
+            )
 
-        May also pin ``self.spec`` (the BMP cache sets encode=bmp); the engine preprocesses with it.
-        """
+    def check_options(self) -> None:
+        """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size)."""
 
     def samples_per_part(self, num_items: int) -> int:
         shards = self.options.get("shards")

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
-from packer.formats.base import SHARDING_OPTIONS, FormatWriter, PartResult, PartWriter, add_label_runs
+from packer.formats.base import FormatWriter, PartResult, PartWriter, add_label_runs
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
 from readers.manifest import Shard
@@ -115,7 +115,6 @@ class RollingPartWriter(PartWriter):
 class RollingWriter(FormatWriter):
     part_writer: ClassVar[type[RollingPartWriter]] = RollingPartWriter
     default_samples_per_part = DEFAULT_SAMPLES_PER_PART
-    accepted_options = (*SHARDING_OPTIONS, "shard_size")  # roll over to a new file at this size
 
     def shard_name(self, position: int) -> str:
         raise NotImplementedError
@@ -156,21 +155,19 @@ class RollingWriter(FormatWriter):
         return shards
 
 
-# Formats whose shards have ``.idx`` files: name -> "module:function(fileobj, where) -> (count, text)".
-INDEXERS = {"tar": "packer.formats.tar:shard_index", "tfrecord": "packer.formats.tfrecord:shard_index"}
-
-
 def reindex(dataset: str | os.PathLike) -> list[str]:
     """Rebuild every shard's ``.idx`` of a tar or tfrecord DATASET from the shards; the files written."""
-    from readers.formats import load_registered
+    from readers.formats.format import load
+    from readers.formats.registry import format_named, registered
     from readers.manifest import read_manifest, write_atomic
 
     root = Path(dataset)
     manifest = read_manifest(root)
-    unknown = ImgpackError(
-        f"{root}: is a {manifest.format} dataset; only tar and tfrecord datasets have .idx files"
-    )
-    shard_index = load_registered(INDEXERS, manifest.format, unknown)
+    indexer = format_named(manifest.format).indexer
+    if indexer is None:
+        indexed = " and ".join(name for name, fmt in registered().items() if fmt.indexer)
+        raise ImgpackError(f"{root}: is a {manifest.format} dataset; only {indexed} datasets have .idx files")
+    shard_index = load(indexer)
     written = []
     for shard in manifest.shards:
         path = root / shard.file

@@ -1,38 +1,31 @@
-"""Registry of format readers: manifest ``format`` name -> "module:Class" (imported on use)."""
+"""Formats: each one a package below this one (``lmdb/``, ``tar/``...), listed in registry.py.
+
+``open_reader`` opens a packed dataset with the reader its manifest's ``format`` names.
+"""
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
 from typing import Any
 
 from readers.errors import ManifestError
 from readers.formats.base import FormatReader
+from readers.formats.format import Format
+from readers.formats.registry import (
+    format_named,
+    format_names,
+    register_format,
+    registered,
+    unregister_format,
+)
 from readers.manifest import Manifest, read_manifest
-
-READERS: dict[str, str] = {
-    "lmdb": "readers.formats.lmdb:LmdbReader",
-    "tar": "readers.formats.tar:TarReader",
-    "hdf5": "readers.formats.hdf5:Hdf5Reader",
-    "bmp": "readers.formats.bmp:BmpReader",
-    "tfrecord": "readers.formats.tfrecord:TfrecordReader",
-}
-
-
-def load_registered(registry: dict[str, str], name: str, unknown: Exception) -> type:
-    """Import the class a registry maps ``name`` to ("module:Class"), or raise ``unknown``."""
-    target = registry.get(name)
-    if target is None:
-        raise unknown
-    module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
 
 
 def reader_class(format_name: str) -> type[FormatReader]:
-    known = ", ".join(sorted(READERS))
-    error = ManifestError(f"unknown dataset format {format_name!r}; this imgpack reads: {known}")
-    return load_registered(READERS, format_name, error)
+    def unknown(known: str) -> ManifestError:
+        return ManifestError(f"unknown dataset format {format_name!r}; this imgpack reads: {known}")
+
+    return format_named(format_name, unknown).reader_class()
 
 
 def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -> FormatReader:
@@ -44,11 +37,8 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     """
     manifest: Manifest = read_manifest(path, options.get("storage_options"))
     cls = reader_class(manifest.format)
-    # A reader's own options and, through super().__init__, the remote ones every reader takes.
-    params = [*inspect.signature(cls.__init__).parameters.values()]
-    params += inspect.signature(FormatReader.__init__).parameters.values()
-    accepted = {p.name for p in params if p.kind is not p.VAR_KEYWORD}
-    unknown = sorted(k for k in options if k not in accepted)
+    fmt = format_named(manifest.format)
+    unknown = sorted(k for k in options if not fmt.accepts_reader_option(k))
     if unknown:
         names = ", ".join(unknown)
         raise ManifestError(f"{path}: the {manifest.format} reader does not take option(s) {names}")
@@ -66,4 +56,14 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     return reader
 
 
-__all__ = ["READERS", "FormatReader", "open_reader", "reader_class"]
+__all__ = [
+    "Format",
+    "FormatReader",
+    "format_named",
+    "format_names",
+    "open_reader",
+    "reader_class",
+    "register_format",
+    "registered",
+    "unregister_format",
+]

@@ -12,7 +12,6 @@ in the manifest (``extra.bmp.renamed``). ``finish`` can be re-run after an inter
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import posixpath
@@ -24,7 +23,7 @@ from typing import Any, TextIO
 from packer.formats.base import FormatWriter, PartResult, PartWriter, file_sha256
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
-from readers.formats.bmp import COLUMNS, index_header, index_name, read_index
+from readers.formats.bmp.reader import COLUMNS, index_header, index_name, read_index
 from readers.manifest import Shard
 from readers.record import crc32, record_crc
 
@@ -143,11 +142,6 @@ class Names:
 
 class BmpWriter(FormatWriter):
     name = "bmp"
-
-    def check_options(self) -> None:
-        if self.spec.encode != "bmp":
-            # --to bmp implies --encode bmp (the engine preprocesses with writer.spec).
-            self.spec = dataclasses.replace(self.spec, encode="bmp")
 
     def open_part(self, part: int) -> BmpPartWriter:
         return BmpPartWriter(_part_dir(self.out, part))

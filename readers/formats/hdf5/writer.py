@@ -18,10 +18,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from packer.formats.base import SHARDING_OPTIONS, FormatWriter, PartResult, PartWriter, file_sha256
+from packer.formats.base import FormatWriter, PartResult, PartWriter, file_sha256
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
-from readers.formats.hdf5 import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
+from readers.formats.hdf5.reader import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
 from readers.manifest import FORMAT_VERSION, Shard, imgpack_version, json_text
 from readers.record import record_crc
 
@@ -159,7 +159,6 @@ class Hdf5PartWriter(PartWriter):
 
 class Hdf5Writer(FormatWriter):
     name = "hdf5"
-    accepted_options = (*SHARDING_OPTIONS, "compression")  # an HDF5 filter on `images`
 
     def check_options(self) -> None:
         compression = self.options.get("compression")

@@ -16,7 +16,7 @@ import numpy as np
 from packer.formats.base import FormatWriter, PartWriter, disk_hint, file_sha256
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
-from readers.formats.lmdb import LABELS_KEY, encode_key, shard_name
+from readers.formats.lmdb.reader import LABELS_KEY, encode_key, shard_name
 from readers.manifest import Shard
 from readers.record import pack_record
 

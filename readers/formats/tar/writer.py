@@ -17,7 +17,7 @@ from packer.formats.base import PartResult, add_label_runs
 from packer.formats.rolling import RollingPartWriter, RollingWriter
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
-from readers.formats.tar import (
+from readers.formats.tar.reader import (
     BLOCK,
     Member,
     format_index,
@@ -154,7 +154,7 @@ class TarWriter(RollingWriter):
 
 def shard_index(fileobj, where: str) -> tuple[int, str]:
     """(samples, index text) of one tar shard, read from the shard itself (``pack reindex``)."""
-    from readers.formats.tar import scan_tar
+    from readers.formats.tar.reader import scan_tar
 
     samples = scan_tar(fileobj, where)
     return len(samples), format_index(samples)

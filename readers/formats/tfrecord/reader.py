@@ -35,7 +35,7 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file
-from readers.formats.tfexample import ExampleError, decode_example, decode_feature, leading_entries
+from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.manifest import Manifest, Shard
 from readers.record import Record
 

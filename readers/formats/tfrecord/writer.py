@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from packer.formats.base import PartResult, add_label_runs
 from packer.formats.rolling import RollingPartWriter, RollingWriter
-from packer.formats.tar import image_ext
 from packer.preprocess import PackedSample
-from readers.formats.tfexample import encode_example
-from readers.formats.tfrecord import FORMAT_NAMES, META_FEATURE, format_index, frame, scan_records, shard_name
+from readers.formats.tar.writer import image_ext
+from readers.formats.tfrecord.example import encode_example
+from readers.formats.tfrecord.reader import (
+    FORMAT_NAMES,
+    META_FEATURE,
+    format_index,
+    frame,
+    scan_records,
+    shard_name,
+)
 from readers.manifest import Shard
 
 

@@ -1,0 +1,16 @@
+"""HDF5: one file per part (``data-000000.h5``) holding flat or (N, H, W, C) images."""
+
+from __future__ import annotations
+
+import re
+
+from readers.formats.format import SHARDING_OPTIONS, Format
+
+FORMAT = Format(
+    name="hdf5",
+    reader="readers.formats.hdf5.reader:Hdf5Reader",
+    writer="readers.formats.hdf5.writer:Hdf5Writer",
+    files=re.compile(r"data-\d{6}\.h5"),
+    remote_finish="local",  # finish writes the manifest into every file
+    pack_options=(*SHARDING_OPTIONS, "compression"),  # an HDF5 filter on `images`
+)

@@ -1,0 +1,17 @@
+"""WebDataset tar shards (``shard-000000.tar`` + DALI ``.idx``), written as parts then renamed."""
+
+from __future__ import annotations
+
+import re
+
+from readers.formats.format import SHARDING_OPTIONS, Format
+
+FORMAT = Format(
+    name="tar",
+    reader="readers.formats.tar.reader:TarReader",
+    writer="readers.formats.tar.writer:TarWriter",
+    files=re.compile(r"(shard|part)-\d{6}(-\d{5})?\.(tar|idx)"),
+    remote_finish="rename",
+    pack_options=(*SHARDING_OPTIONS, "shard_size"),  # roll over to a new file at this size
+    indexer="readers.formats.tar.writer:shard_index",
+)

@@ -1,0 +1,18 @@
+"""TFRecord shards of ``tf.train.Example`` (``shard-000000.tfrecord`` + DALI ``.idx``)."""
+
+from __future__ import annotations
+
+import re
+
+from readers.formats.format import SHARDING_OPTIONS, Format
+
+FORMAT = Format(
+    name="tfrecord",
+    reader="readers.formats.tfrecord.reader:TfrecordReader",
+    writer="readers.formats.tfrecord.writer:TfrecordWriter",
+    files=re.compile(r"(shard|part)-\d{6}(-\d{5})?\.(tfrecord|idx)"),
+    remote_finish="rename",
+    pack_options=(*SHARDING_OPTIONS, "shard_size"),  # roll over to a new file at this size
+    reader_options=("check_crc",),
+    indexer="readers.formats.tfrecord.writer:shard_index",
+)
