@@ -15,8 +15,6 @@ from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
 from packer.verify import verify_dataset
-from readers import open_dataset
-from readers.errors import ManifestError
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.packrun import (
     SLOW_PACK,
@@ -31,28 +29,6 @@ from tests.packrun import (
     wait_started,
     wait_workers,
 )
-
-
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "bmp"])
-def test_kill_before_the_first_part_completes_leaves_a_resumable_output(tmp_path, fmt):
-    """A default pack is one part; kill -9 in the middle of it, then --resume, then (again) --force."""
-    src = copy_source(tmp_path / "src", copies=4)  # long enough to be mid-part after 0.5 s, even for BMP
-    finished = []
-    for finish in ("--resume", "--force"):
-        out = tmp_path / f"ds{finish}"
-        proc = start_pack(src, "--to", fmt, "-o", out, "--workers", "1", "-q", *SLOW_PACK)
-        wait_started(out, proc)
-        time.sleep(0.5)
-        kill_group(proc.pid)
-        assert proc.wait() == -signal.SIGKILL
-        with pytest.raises(ManifestError, match="--resume"):
-            open_dataset(out)
-        rc, text = run_pack(src, "--to", fmt, "-o", out, "--workers", "1", "-q", *SLOW_PACK, finish)
-        assert rc == 0, f"{finish}: {text}"
-        assert verify_dataset(out).ok
-        assert leftovers(out) == [] and not (out / ".imgpack-progress.json").exists()
-        finished.append(dataset_arrays(out))
-    assert finished[0] == finished[1] and len(finished[0]) == len(scan_folder(src).items)
 
 
 def test_ctrl_c_of_a_bmp_pack_then_resume(tmp_path):
@@ -153,7 +129,6 @@ def test_a_ray_task_stops_and_drops_its_staged_part_when_the_driver_is_gone(tmp_
 
     from packer.formats import writer_class
     from packer.ray_engine import DriverGone, _pack_part, _staged_writer
-    from packer.source import scan_folder
 
     items = scan_folder(SAMPLE_DATA).items
     writer = writer_class("lmdb")(tmp_path / "ds", PreprocessSpec(resize=24), {})

@@ -12,7 +12,7 @@ import pytest
 from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from readers import open_dataset
-from readers.errors import ImgpackError, ManifestError
+from readers.errors import ManifestError
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.packrun import (
     SLOW_PACK,
@@ -38,19 +38,6 @@ def test_force_refuses_a_folder_with_a_foreign_manifest(tmp_path):
     assert "Traceback" not in proc.stderr
     assert (webapp / "src" / "index.js").read_text() == "console.log(1)"
     assert json.loads((webapp / "manifest.json").read_text())["name"] == "my app"
-
-
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
-def test_force_replaces_our_dataset_but_not_a_stranger_in_it(tmp_path, fmt):
-    out = tmp_path / "ds"
-    pack_folder(SAMPLE_DATA, out, fmt, SMALL, workers=1)
-    pack_folder(SAMPLE_DATA, out, fmt, PreprocessSpec(resize=24), workers=1, force=True)  # all ours
-    assert open_dataset(out).manifest.preprocess["resize"] == 24
-    (out / "notes.txt").write_text("mine")
-    with pytest.raises(ImgpackError, match=r"not an imgpack output \(it holds notes\.txt\)"):
-        pack_folder(SAMPLE_DATA, out, fmt, SMALL, workers=1, force=True)
-    assert (out / "notes.txt").read_text() == "mine"
-    assert open_dataset(out).manifest.preprocess["resize"] == 24  # untouched
 
 
 @pytest.mark.parametrize("where", ["same", "inside", "parent"])

@@ -1,0 +1,235 @@
+"""The contract every format keeps, run for every registered format and for one defined in a test.
+
+Like torchvision's ``DatasetTestCase``: one set of generic checks, parametrized by the registry,
+so a new format gets them all by registering itself. ``npy`` (tests/npyformat.py) is a format
+that imgpack does not ship: registered for the test (in this process, and through
+``IMGPACK_FORMATS`` for the ``pack`` subprocesses), it passes the same suite unchanged: its
+registry entry, pack, ``--force`` (local and in a bucket), ``--resume`` after a kill, verify,
+corruption detected, the remote round trip and every reading path.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from packer.engine import pack_folder
+from packer.output import foreign_entries
+from packer.preprocess import PreprocessSpec
+from packer.source import scan_folder
+from packer.verify import verify_dataset
+from readers import open_dataset, open_iterable
+from readers.errors import ChecksumError, ImgpackError, ManifestError
+from readers.formats import format_named, format_names, open_reader, register_format, unregister_format
+from readers.formats.base import FormatReader
+from readers.formats.format import COMMON_READER_OPTIONS
+from readers.formats.registry import PLUGINS_ENV
+from readers.manifest import SEAL_FIELD, read_manifest, seal_of
+from tests import npyformat
+from tests.conftest import SAMPLE_DATA, run_cli
+from tests.packrun import (
+    SLOW_PACK,
+    copy_source,
+    dataset_arrays,
+    kill_group,
+    leftovers,
+    run_pack,
+    start_pack,
+    wait_started,
+)
+from tests.s3server import BUCKET
+
+FORMATS = [*format_names(), npyformat.FORMAT.name]  # the shipped ones, then the test's own
+SPLIT = {"samples_per_shard": 20}  # 44 samples: shards of 20, 20, 4
+LOSSLESS = {"resize": 40, "crop": 32, "encode": "png"}
+
+
+def spec_for(fmt: str) -> dict:
+    """LOSSLESS, in the format's own encoding where it stores one only (bmp)."""
+    encodings = format_named(fmt).encodings
+    return {**LOSSLESS, "encode": "png" if "png" in encodings else encodings[0]}
+
+
+@pytest.fixture(params=FORMATS)
+def fmt(request, monkeypatch) -> str:
+    """A format name; the test-defined one is registered for the test's duration only."""
+    if request.param == npyformat.FORMAT.name:
+        register_format(npyformat.FORMAT, replace=True)
+        monkeypatch.setenv(PLUGINS_ENV, npyformat.PLUGIN)  # for `pack` subprocesses
+        request.addfinalizer(lambda: unregister_format(npyformat.FORMAT.name))
+    return request.param
+
+
+@pytest.fixture
+def small(fmt, packed) -> Path:
+    """sample_data packed losslessly in three shards (cached for the session)."""
+    return packed(fmt, options=SPLIT, **spec_for(fmt))
+
+
+def copy_of(path: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "copy"
+    shutil.copytree(path, root, symlinks=True)
+    return root
+
+
+def edit_manifest(root: Path, change, reseal: bool = True) -> None:
+    path = root / "manifest.json"
+    data = json.loads(path.read_text())
+    change(data)
+    if reseal:
+        data[SEAL_FIELD] = seal_of(data)
+    path.write_text(json.dumps(data))
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def stored(path: str | Path, **options) -> list[tuple[bytes, int]]:
+    reader = open_reader(path, **options)
+    return [(bytes(r.data), r.label) for r in reader.read_block(0, len(reader))]
+
+
+# -- the registry entry -------------------------------------------------------------------------
+def test_registry_entry_describes_the_format(fmt, small):
+    entry = format_named(fmt)
+    assert entry.writer_class().name == entry.reader_class().name == fmt
+    reader_init = inspect.signature(entry.reader_class().__init__).parameters
+    common = inspect.signature(FormatReader.__init__).parameters
+    own = {n for n, p in reader_init.items() if n not in common and p.kind is not p.VAR_KEYWORD}
+    assert set(entry.reader_options) == own  # declared options are exactly the reader's own
+    assert set(COMMON_READER_OPTIONS) < set(common)
+    assert entry.remote_finish in ("rename", "as-is", "local")
+    assert read_manifest(small).format == fmt
+    assert foreign_entries(small) == []  # every file a pack writes is one the format declares
+
+
+def test_an_unknown_format_is_one_clear_error(tmp_path):
+    known = ", ".join(format_names())
+    with pytest.raises(ImgpackError, match=f"unknown format 'nope'; choose one of {known}"):
+        pack_folder(SAMPLE_DATA, tmp_path / "x", "nope")
+
+
+# -- pack, --force ------------------------------------------------------------------------------
+def test_force_replaces_our_dataset_but_not_a_stranger_in_it(fmt, tmp_path):
+    out = tmp_path / "ds"
+    pack_folder(SAMPLE_DATA, out, fmt, PreprocessSpec(resize=32), workers=1)
+    proc = run_cli("imagefolder", SAMPLE_DATA, "--to", fmt, "-o", out, "--resize", "24", "--force", "-q")
+    assert proc.returncode == 0, proc.stderr  # everything in it is ours
+    assert open_dataset(out).manifest.preprocess["resize"] == 24
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ImgpackError, match=r"not an imgpack output \(it holds notes\.txt\)"):
+        pack_folder(SAMPLE_DATA, out, fmt, PreprocessSpec(resize=32), workers=1, force=True)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert open_dataset(out).manifest.preprocess["resize"] == 24  # untouched
+
+
+@pytest.mark.slow
+def test_kill_mid_pack_leaves_an_output_that_resume_and_force_finish(fmt, tmp_path):
+    """kill -9 in the middle of the first part, then --resume; again, then --force."""
+    src = copy_source(tmp_path / "src", copies=2)
+    args = ("--to", fmt, "--workers", "1", "-q", *SLOW_PACK)
+    finished = []
+    for finish in ("--resume", "--force"):
+        out = tmp_path / f"ds{finish}"
+        proc = start_pack(src, "-o", out, *args)
+        wait_started(out, proc)
+        time.sleep(0.5)
+        kill_group(proc.pid)
+        assert proc.wait() == -signal.SIGKILL
+        with pytest.raises(ManifestError, match="--resume"):
+            open_dataset(out)
+        rc, text = run_pack(src, "-o", out, *args, finish)
+        assert rc == 0, f"{finish}: {text}"
+        assert verify_dataset(out).ok
+        assert leftovers(out) == [] and not (out / ".imgpack-progress.json").exists()
+        finished.append(dataset_arrays(out))
+    assert finished[0] == finished[1] and len(finished[0]) == len(scan_folder(src).items)
+
+
+# -- verify and damage --------------------------------------------------------------------------
+def test_verify_passes_and_a_flipped_byte_in_any_part_is_caught(fmt, small, tmp_path):
+    assert verify_dataset(small).ok
+    assert run_cli("verify", small).returncode == 0
+    root = copy_of(small, tmp_path)
+    reader = open_reader(root)
+    damaged = Path(reader.checksum_path(reader.manifest.shards[1]))
+    flip_byte(damaged, damaged.stat().st_size // 2)
+    report = verify_dataset(root)
+    assert not report.ok and damaged.name in "\n".join(report.problems)
+    with pytest.raises(ChecksumError, match=damaged.name):
+        open_reader(root, verify=True).read_block(0, len(reader))
+
+
+def test_count_against_what_the_part_holds(fmt, small, tmp_path):
+    root = copy_of(small, tmp_path)
+    edit_manifest(root, lambda m: (m["shards"][2].update(count=2), m.update(num_samples=42)))
+    with pytest.raises(ManifestError, match="manifest (says )?2"):  # tfrecord: "the manifest 2"
+        open_reader(root).read_block(0, 42)
+    assert not verify_dataset(root).ok
+
+
+def test_labels_outside_the_classes_are_refused(fmt, small, tmp_path):
+    root = copy_of(small, tmp_path)
+    edit_manifest(root, lambda m: m.update(classes=m["classes"][:2]))
+    with pytest.raises(ManifestError, match="outside the 2 classes"):
+        open_reader(root).read_block(0, 44)
+    assert "outside the 2 classes" in "\n".join(verify_dataset(root).problems)
+
+
+def test_edited_manifest_is_caught_by_verify(fmt, small, tmp_path):
+    root = copy_of(small, tmp_path)
+    edit_manifest(root, lambda m: m["classes"].__setitem__(0, "renamed"), reseal=False)
+    assert open_dataset(root).classes[0] == "renamed"  # a deliberate edit reads without verify
+    with pytest.raises(ChecksumError, match="manifest.json: does not match its manifest_sha256"):
+        open_reader(root, verify=True)
+    assert "manifest_sha256" in "\n".join(verify_dataset(root).problems)
+
+
+# -- object storage -----------------------------------------------------------------------------
+@pytest.mark.remote
+def test_pack_into_a_bucket_reads_back_equal_and_force_replaces_it(fmt, small, s3, tmp_path):
+    fs, options = s3
+    url = f"s3://{BUCKET}/contract-{fmt}"
+    spec = PreprocessSpec(**spec_for(fmt))
+    pack_folder(SAMPLE_DATA, url, fmt, spec, workers=1, options=SPLIT, storage_options=options)
+    assert stored(url, storage_options=options, cache_dir=tmp_path / "cache") == stored(small)
+    assert verify_dataset(url, storage_options=options).ok
+    fs.pipe_file(f"{BUCKET}/contract-{fmt}/notes.txt", b"mine")
+    with pytest.raises(ImgpackError, match=r"not an imgpack output \(it holds notes\.txt\)"):
+        pack_folder(SAMPLE_DATA, url, fmt, spec, workers=1, force=True, storage_options=options)
+    fs.rm_file(f"{BUCKET}/contract-{fmt}/notes.txt")
+    resized = PreprocessSpec(**{**spec_for(fmt), "resize": 36})
+    pack_folder(SAMPLE_DATA, url, fmt, resized, workers=1, force=True, storage_options=options)
+    assert open_dataset(url, storage_options=options).manifest.preprocess["resize"] == 36
+
+
+# -- every reading path -------------------------------------------------------------------------
+def test_every_reading_path_returns_the_stored_samples(fmt, small):
+    ds = open_dataset(small, decode="numpy")
+    want = [(np.asarray(image), int(label)) for image, label in ds]
+    assert len(want) == 44 and sorted({label for _, label in want}) == list(range(len(ds.classes)))
+    mapped = DataLoader(ds, batch_size=None, num_workers=2)
+    assert all(np.array_equal(a, np.asarray(b)) and la == int(lb) for (a, la), (b, lb) in zip(want, mapped))
+    samples = open_iterable(small, shuffle=False, decode="numpy")
+    got = [(np.asarray(x), int(y)) for x, y in DataLoader(samples, batch_size=None, num_workers=2)]
+    assert len(got) == 44 and all(np.array_equal(a, b) and la == lb for (a, la), (b, lb) in zip(want, got))
+    batches = open_iterable(small, shuffle=False, batch_size=8)
+    loader = DataLoader(batches, batch_size=None, num_workers=2)
+    images, labels = zip(*[(x.clone(), y.clone()) for x, y in loader])
+    stacked = torch.cat(images).permute(0, 2, 3, 1).numpy()  # (N, C, H, W) batches -> (N, H, W, C)
+    assert stacked.shape[0] == 44 and np.array_equal(stacked, np.stack([image for image, _ in want]))
+    assert torch.cat(labels).tolist() == [label for _, label in want]
