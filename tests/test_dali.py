@@ -20,7 +20,7 @@ from readers import open_dataset
 from readers.dali import DaliUnavailableError, dali_loader, select_path
 from readers.dali.feed import BatchFeed
 from readers.errors import ImgpackError
-from readers.formats import READERS, open_reader
+from readers.formats import format_names, open_reader
 from readers.order import OrderSpec
 from tests.conftest import REPO, cli_env
 
@@ -28,7 +28,7 @@ FIXED = {"resize": 64, "crop": 64}
 # The stored encodings each format is tested with (a format that stores one kind lists it here).
 SPECS = {"bmp": [{**FIXED, "encode": "bmp"}]}
 DEFAULT_SPECS = [{**FIXED, "encode": e} for e in ("jpeg", "png", "raw")]
-CASES = [(fmt, spec) for fmt in sorted(READERS) for spec in SPECS.get(fmt, DEFAULT_SPECS)]
+CASES = [(fmt, spec) for fmt in format_names() for spec in SPECS.get(fmt, DEFAULT_SPECS)]
 RAW = {"resize": 32, "crop": 32, "encode": "raw"}
 MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
 
@@ -79,7 +79,7 @@ def test_dali_cpu_matches_dataloader(packed, fmt, spec):
     assert torch.cat([y for _, y in a]).tolist() == expected.tolist()
 
 
-@pytest.mark.parametrize("fmt", sorted(READERS))
+@pytest.mark.parametrize("fmt", format_names())
 def test_normalised_hwc_output_matches(packed, fmt):
     path = packed(fmt, **(SPECS.get(fmt) or DEFAULT_SPECS)[0])
     kwargs = dict(batch_size=16, crop=56, mean=MEAN, std=STD, layout="HWC", num_workers=0)

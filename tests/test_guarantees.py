@@ -13,10 +13,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from packer.formats import WRITERS
 from readers import DeterministicSampler, open_dataset, open_iterable
+from readers.formats import format_names
 
-FORMATS = sorted(WRITERS)
+FORMATS = format_names()
 FIXED = {"resize": 40, "crop": 32, "encode": "png"}
 FORMAT_SPEC = {"bmp": {**FIXED, "encode": "bmp"}}
 

@@ -14,6 +14,7 @@ from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from packer.verify import verify_dataset
 from readers import open_dataset, read_manifest
+from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA
 from tests.packrun import run_pack
 
@@ -36,7 +37,7 @@ def non_utf8_tree(root: Path) -> Path:
     return root
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
+@pytest.mark.parametrize("fmt", format_names())
 def test_names_that_are_not_utf8_pack_and_resume(tmp_path, fmt):
     src = non_utf8_tree(tmp_path / "src")
     args = [src, "--to", fmt, "--resize", "24", "--workers", "1", "-q", "--shards", "2"]

@@ -13,6 +13,7 @@ from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from readers import open_dataset
 from readers.errors import ManifestError
+from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.packrun import (
     SLOW_PACK,
@@ -69,7 +70,7 @@ def test_two_packs_into_one_output_fail_fast(tmp_path):
         assert rc == 1 and "another pack is writing this output" in text, text
 
 
-@pytest.mark.parametrize("fmt", ["hdf5", "bmp", "lmdb"])
+@pytest.mark.parametrize("fmt", format_names())
 def test_force_under_an_open_reader_never_mixes_datasets(tmp_path, fmt):
     out = tmp_path / "ds"
     pack_folder(SAMPLE_DATA, out, fmt, SMALL, workers=1)

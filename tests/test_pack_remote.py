@@ -19,13 +19,13 @@ from packer.preprocess import PreprocessSpec
 from packer.remote_source import scan_url
 from packer.source import scan_folder
 from readers.errors import ImgpackError
-from readers.formats import open_reader
+from readers.formats import format_names, open_reader
 from readers.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA, cli_env, run_cli
 from tests.s3server import BUCKET, free_port
 
 SPEC = PreprocessSpec(resize=24)
-FORMATS = ["tar", "tfrecord", "lmdb", "hdf5", "bmp"]
+FORMATS = format_names()
 
 
 @pytest.fixture(scope="module")

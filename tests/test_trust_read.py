@@ -19,7 +19,7 @@ from packer.formats.base import file_sha256
 from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
 from readers.errors import ChecksumError, DecodeError, ManifestError
-from readers.formats import open_reader
+from readers.formats import format_names, open_reader
 from readers.manifest import SEAL_FIELD, seal_of
 from readers.record import ENCODING_CODES, HEADER
 from tests.conftest import cli_env, run_cli
@@ -65,7 +65,7 @@ def assert_verify_fails(root: Path, *needles: str, cli: bool = False) -> None:
 
 # -- paths from the manifest or an index stay inside the dataset --------------------------------
 @pytest.mark.parametrize("entry", ["../../etc/passwd", "/etc/passwd", "data/../../x", "C:\\x"])
-@pytest.mark.parametrize("fmt", ["lmdb", "tar"])
+@pytest.mark.parametrize("fmt", format_names())
 def test_manifest_shard_path_outside_the_dataset_is_refused(packed, tmp_path, fmt, entry):
     root = copy_of(packed, fmt, tmp_path)
     edit_manifest(root, lambda m: m["shards"][0].update(file=entry))
@@ -74,7 +74,7 @@ def test_manifest_shard_path_outside_the_dataset_is_refused(packed, tmp_path, fm
     assert_verify_fails(root, "not a relative path inside", cli=entry == "/etc/passwd")
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar"])
+@pytest.mark.parametrize("fmt", format_names())
 def test_symlinked_part_leaving_the_dataset_is_refused(packed, tmp_path, fmt):
     root = copy_of(packed, fmt, tmp_path)
     name = open_reader(root).manifest.shards[0].file

@@ -37,7 +37,8 @@ def example_bytes(sample: PackedSample) -> bytes:
             "image/channels": sample.channels,
             "image/colorspace": "L" if sample.channels == 1 else "RGB",
             "image/class/label": sample.label,
-            "image/filename": sample.rel,
+            # The source path's bytes: a name that is not UTF-8 (surrogate-escaped) is kept as it is.
+            "image/filename": sample.rel.encode("utf-8", "surrogateescape"),
         }
     )
 
