@@ -19,6 +19,13 @@ sys.path.insert(0, str(REPO))  # tests import scripts/ and tests/badinput.py by 
 from tests.s3server import s3  # noqa: E402,F401 - the moto S3 server fixture, for every test file
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the moto S3 server is a ``remote`` test (``pytest -m "not remote"``)."""
+    for item in items:
+        if "s3" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.remote)
+
+
 def cli_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

@@ -23,6 +23,8 @@ from packer.cli import main
 from readers import open_dataset
 from readers.manifest import read_manifest
 
+pytestmark = pytest.mark.slow  # runs pack bench
+
 FIXED = {"resize": 64, "crop": 56}  # every image 56x56: the batch path
 HAS_DALI_MODULE = importlib.util.find_spec("readers.dali") is not None
 

@@ -128,6 +128,7 @@ def tiny_filesystem(path, size: str, readonly: bool = False):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("readonly", [False, True])
 def test_full_or_readonly_disk(tmp_path, readonly):
     with tiny_filesystem(tmp_path / "mnt", "256k", readonly) as mnt:

@@ -118,7 +118,6 @@ def judge(answer: dict, baseline: dict) -> str:
     return "missed"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fmt", format_names())
 def test_every_corruption_is_detected_or_harmless(fmt, packed, probe, tmp_path_factory, capsys):
     pristine = packed(fmt, options={"samples_per_shard": 20}, resize=32, crop=32)

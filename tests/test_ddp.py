@@ -7,12 +7,15 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader
 
 from readers import open_dataset, open_iterable
+
+pytestmark = pytest.mark.slow  # a real two-rank gloo group
 
 WORLD = 2
 

@@ -15,6 +15,9 @@ from packer.cli import BUG_NOTICE, main
 from readers import mix, open_iterable
 from readers.dali import dali_loader
 from readers.errors import ManifestError
+from readers.formats import format_names, registered
+from readers.formats.format import SHARDING_OPTIONS
+from readers.formats.registry import formats_taking
 from tests.conftest import SAMPLE_DATA, cli_env, run_cli
 
 FIXED = {"resize": 40, "crop": 32, "encode": "raw"}
@@ -79,23 +82,31 @@ def test_dali_loader_opens_the_dataset_like_open_iterable(packed, tmp_path):
 
 
 # -- packing: a format's own flags, refused elsewhere -------------------------------------------
-@pytest.mark.parametrize(
-    "fmt,flag,users",
-    [
-        ("lmdb", ["--compression", "gzip"], "hdf5"),
-        ("tar", ["--compression", "lzf"], "hdf5"),
-        ("tfrecord", ["--compression", "none"], "hdf5"),
-        ("bmp", ["--compression", "gzip"], "hdf5"),
-        ("lmdb", ["--shard-size", "1MB"], "tar or tfrecord"),
-        ("hdf5", ["--shard-size", "1MB"], "tar or tfrecord"),
-        ("bmp", ["--shard-size", "1MB"], "tar or tfrecord"),
-    ],
-)
-def test_format_flags_are_refused_for_other_formats(tmp_path, fmt, flag, users):
+# Each format-specific pack option, given for every format that does not take it (from the registry).
+FLAGS = {"compression": "gzip", "shard_size": "1MB"}
+FOREIGN = [
+    (fmt, option, formats_taking(option))
+    for option in FLAGS
+    for fmt in format_names()
+    if fmt not in formats_taking(option)
+]
+
+
+def test_every_format_specific_pack_option_is_tried():
+    declared = {option for fmt in registered().values() for option in fmt.pack_options}
+    assert set(FLAGS) == declared - set(SHARDING_OPTIONS)
+
+
+@pytest.mark.parametrize("fmt,option,users", FOREIGN)
+def test_format_flags_are_refused_for_other_formats(tmp_path, fmt, option, users):
+    assert users  # the option is some format's
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["imagefolder", str(SAMPLE_DATA), "--to", fmt, "-o", str(out), *flag])
+    flag = "--" + option.replace("_", "-")
+    args = ["imagefolder", str(SAMPLE_DATA), "--to", fmt, "-o", str(out), flag, FLAGS[option]]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 1, result.output
-    assert f"{flag[0]} does not apply to --to {fmt}; it is for --to {users}: drop {flag[0]}" in result.output
+    expected = f"{flag} does not apply to --to {fmt}; it is for --to {' or '.join(users)}: drop {flag}"
+    assert expected in result.output
     assert not out.exists()
 
 

@@ -13,6 +13,8 @@ from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA
 from tests.packrun import copy_source, run_pack, syscall_count
 
+pytestmark = pytest.mark.root  # mounts a 20 MB tmpfs
+
 
 @pytest.fixture
 def small_disk(tmp_path):

@@ -30,6 +30,8 @@ from tests.packrun import (
     wait_workers,
 )
 
+pytestmark = pytest.mark.slow  # real pack subprocesses, signalled and resumed
+
 
 def test_ctrl_c_of_a_bmp_pack_then_resume(tmp_path):
     src = copy_source(tmp_path / "src", copies=4)  # still packing when the signal comes, even idle

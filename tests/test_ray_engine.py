@@ -12,6 +12,8 @@ from readers import read_manifest
 from tests.badinput import make_bad_corpus
 from tests.conftest import SAMPLE_DATA
 
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def ray_cluster():

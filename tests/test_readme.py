@@ -179,10 +179,12 @@ def run_blocks(work: Path, blocks: list[Block]) -> None:
     print(proc.stdout)  # seconds per block, shown with -s or on failure
 
 
+@pytest.mark.slow
 def test_readme_blocks_run_against_sample_data(readme_dir):
     run_blocks(readme_dir, [b for b in RUNNABLE if not is_benchmark(b)])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("block", [b for b in RUNNABLE if is_benchmark(b)], ids=lambda b: f"line{b.line}")
 def test_readme_benchmark_blocks_run_scaled_down(readme_dir, block):

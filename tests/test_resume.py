@@ -71,6 +71,7 @@ REFERENCES: dict[tuple[str, str], list] = {}
         ("tar", "sample", 2, False),
     ],
 )
+@pytest.mark.slow
 def test_kill_and_resume_trains_on_exactly_the_uninterrupted_samples(
     packed, tmp_path, fmt, mode, workers, persistent
 ):
@@ -88,6 +89,7 @@ def test_kill_and_resume_trains_on_exactly_the_uninterrupted_samples(
     assert resumed == reference
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", ["batch", "sample"])
 def test_kill_and_resume_under_a_two_rank_gloo_group(packed, tmp_path, mode):
@@ -100,6 +102,7 @@ def test_kill_and_resume_under_a_two_rank_gloo_group(packed, tmp_path, mode):
     assert sorted(per_epoch) == all_ids(path)  # 44 samples, 2 ranks x 22: each exactly once
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("before, after", [(2, 1), (1, 2), (2, 3)])
 def test_elastic_resume_covers_the_epoch_exactly_once(packed, tmp_path, before, after):

@@ -121,6 +121,8 @@ def test_output_is_identical_for_any_worker_count(tmp_path):
     assert trees[0] == trees[1] and len(trees[0]) == 6
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_ray_engine_writes_the_same_shards(tmp_path):
     spec = PreprocessSpec(resize=48)
     options = {"samples_per_shard": 16, "shard_size": 30_000}

@@ -196,7 +196,8 @@ class TfrecordReader(FormatReader):
         name = index_name(shard.file)
         if self.parts is not None:
             return self.parts.index_text(name, shard.sha256)
-        return self.part_path(name).read_text("ascii")
+        # A damaged index is reported by the parser as not an index, like any other bad line.
+        return self.part_path(name).read_bytes().decode("ascii", "replace")
 
     def _load_index(self, shard: Shard, local_path: str) -> tuple[np.ndarray, np.ndarray]:
         path = self.location(shard.file)
