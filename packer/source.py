@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packer.source_items import ItemsBuilder, SourceItems
+from packer.source_items import ItemsBuilder, SourceItem, SourceItems
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
 
@@ -34,14 +34,6 @@ IMAGE_EXTENSIONS = (
     ".webp",
     ".gif",
 )
-
-
-@dataclass(frozen=True)
-class SourceItem:
-    index: int  # position in the sorted source order
-    path: str  # absolute path
-    rel: str  # posix path relative to the source root, as recorded in manifests
-    label: int
 
 
 @dataclass

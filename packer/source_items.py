@@ -23,6 +23,7 @@ import mmap
 import tempfile
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Literal
 
@@ -30,6 +31,14 @@ import numpy as np
 
 ENCODING = ("utf-8", "surrogateescape")
 DECODE_BLOCK = 4096  # entries decoded per step while iterating
+
+
+@dataclass(frozen=True)
+class SourceItem:
+    index: int  # position in the sorted source order
+    path: str  # absolute path
+    rel: str  # posix path relative to the source root, as recorded in manifests
+    label: int
 
 
 def _encoded(text: str) -> bytes:
@@ -192,8 +201,6 @@ class SourceItems(Sequence):
         return f"SourceItems({len(self)} items)"
 
     def _decode(self, a: int, b: int) -> Iterator[Any]:
-        from packer.source import SourceItem
-
         ends = self._ends[a : b + 1].tolist()
         labels = self._labels[a:b].tolist()
         if self._indices is not None:

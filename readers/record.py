@@ -9,10 +9,10 @@ pixel; HDF5 stores the same checksum (``record_crc``) per sample.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Callable
 from typing import NamedTuple
 
+from readers.checksums import crc32
 from readers.errors import ChecksumError
 
 Buffer = bytes | bytearray | memoryview
@@ -42,11 +42,6 @@ class Record(NamedTuple):
 
 def _name(where: str | Callable[[], str]) -> str:
     return where() if callable(where) else where
-
-
-def crc32(data: Buffer, start: int = 0) -> int:
-    """zlib's CRC32 (continuing from ``start``), as an unsigned 32-bit value."""
-    return zlib.crc32(data, start) & 0xFFFFFFFF
 
 
 def record_crc(data: Buffer, label: int, height: int, width: int, channels: int, encoding: str) -> int:

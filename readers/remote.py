@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
-from readers.errors import ChecksumError, ImgpackError, ManifestError
+from readers.checksums import REMOTE_FIX, check_against_manifest, file_sha256
+from readers.errors import ImgpackError, ManifestError
 
 DOWNLOAD_CHUNK = 4 << 20
 # Files next to a cached part that are not parts themselves (evicted with their part).
@@ -211,11 +212,7 @@ class ShardCache:
                 return False
             key = (str(path), st.st_ino, st.st_mtime_ns)
             if verify and key not in self.checked:
-                from readers.formats.base import sha256_of
-
-                with open(path, "rb") as fh:
-                    digest = sha256_of(fh)
-                if digest != sha256:
+                if file_sha256(path) != sha256:
                     path.unlink(missing_ok=True)  # corrupt copy: download it again
                     return False
                 self.checked.add(key)
@@ -239,12 +236,7 @@ class ShardCache:
 
         try:
             remote_call(url, "downloading", fetch)
-            if (size is not None and got != size) or digest.hexdigest() != sha256:
-                recorded = "not recorded" if size is None else size
-                raise ChecksumError(
-                    f"{url}: downloaded {got} bytes (manifest: {recorded}) whose sha256 does not match "
-                    "the manifest; the remote shard is truncated or modified, re-upload or re-pack it"
-                )
+            check_against_manifest(url, digest.hexdigest(), sha256, got, size, REMOTE_FIX)
             os.replace(tmp, final)
             self.checked.add((str(final), final.stat().st_ino, final.stat().st_mtime_ns))
         finally:

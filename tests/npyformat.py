@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.formats.base import FormatWriter, PartWriter, file_sha256
+from packer.formats.base import FormatWriter, PartWriter
 from packer.preprocess import PackedSample
+from readers.checksums import file_sha256
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
 from readers.formats.format import Format

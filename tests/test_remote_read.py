@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-from packer.formats.base import file_sha256
 from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
+from readers.checksums import file_sha256
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import format_names, open_reader
 from readers.manifest import read_manifest, write_manifest
@@ -105,7 +105,7 @@ def test_corrupt_part_in_bucket_is_refused_and_a_bad_cached_copy_downloaded_agai
     cache = tmp_path / "cache"
     reader = open_reader(url, storage_options=options, cache_dir=cache)
     assert reader.read(0).label == open_reader(local).read(0).label  # part 0 is fine
-    with pytest.raises(ChecksumError, match=f"{url}/{data_name}: downloaded .* does not match"):
+    with pytest.raises(ChecksumError, match=f"{url}/{data_name}: sha256 does not match the manifest"):
         reader.read(20)
     assert not (cache / f"{part.sha256}{cached_suffix(reader)}").exists()  # never renamed into the cache
     fs.put(str(local / data_name), f"{BUCKET}/corrupt-{fmt}/{data_name}")  # the bucket repaired
@@ -195,8 +195,8 @@ def test_pack_verify_cli_workers_local_and_remote(s3, packed, tmp_path):
     assert reports[0] == reports[1] and reports[2] == reports[3]
     assert len(reports[0]["problems"]) == 1 and "sha256" in reports[0]["problems"][0]
     assert reports[2]["problems"] == [
-        f"{url}/{part.file}/data.mdb: downloaded {part.bytes} bytes (manifest: {part.bytes}) whose sha256 "
-        "does not match the manifest; the remote shard is truncated or modified, re-upload or re-pack it"
+        f"{url}/{part.file}/data.mdb: sha256 does not match the manifest (corrupt or modified); "
+        "re-upload it or re-pack the dataset"
     ]
 
 

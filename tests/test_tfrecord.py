@@ -15,8 +15,8 @@ from tfrecord import example_pb2
 from tfrecord.reader import tfrecord_loader
 from tfrecord.tools.tfrecord2idx import create_index
 
-from packer.formats.base import file_sha256
 from readers import open_dataset
+from readers.checksums import file_sha256
 from readers.decode import decode_array
 from readers.errors import ChecksumError
 from readers.formats import open_reader

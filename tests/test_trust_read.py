@@ -15,9 +15,9 @@ import h5py
 import numpy as np
 import pytest
 
-from packer.formats.base import file_sha256
 from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
+from readers.checksums import file_sha256
 from readers.errors import ChecksumError, DecodeError, ManifestError
 from readers.formats import format_names, open_reader
 from readers.manifest import SEAL_FIELD, seal_of

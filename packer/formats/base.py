@@ -17,7 +17,6 @@ from typing import Any, ClassVar, cast
 
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
-from readers.formats.base import sha256_of
 from readers.formats.registry import format_named, formats_taking
 from readers.manifest import Shard
 
@@ -52,11 +51,6 @@ def disk_hint(path: Path) -> str:
     if not os.access(probe, os.W_OK):
         return "the location is not writable; choose another -o"
     return "check free space and permissions"
-
-
-def file_sha256(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return sha256_of(fh)
 
 
 def add_label_runs(runs: list[list[int]], labels: list[int] | list[list[int]], counted: bool = False) -> None:

@@ -6,15 +6,15 @@ and drop open handles when pickled, so a reader can be handed to worker processe
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from readers.errors import ChecksumError, ManifestError
+from readers.checksums import check_against_manifest, file_sha256, sha256_of
+from readers.errors import ManifestError
 from readers.manifest import Manifest
 from readers.paths import inside
 from readers.record import Record
@@ -25,12 +25,7 @@ from readers.remote_parts import RemoteParts
 # one sequential read beats several small ones.
 MERGE_GAP = 8
 
-
-def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    while block := fileobj.read(chunk):
-        digest.update(block)
-    return digest.hexdigest()
+__all__ = ["FormatReader", "open_shard_file", "sha256_of"]  # sha256_of: re-exported for old imports
 
 
 def open_shard_file(
@@ -54,13 +49,7 @@ def open_shard_file(
                 "copy it again or re-pack the dataset"
             )
         if check_sha:
-            with open(path, "rb") as fh:
-                actual = sha256_of(fh)
-            if actual != shard.sha256:
-                raise ChecksumError(
-                    f"{where}: sha256 does not match the manifest (corrupt or modified); "
-                    "copy it again or re-pack the dataset"
-                )
+            check_against_manifest(where, file_sha256(path), shard.sha256)
         return fd, load_index()
     except BaseException:
         os.close(fd)
@@ -146,13 +135,7 @@ class FormatReader:
         key = (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if key in self._sha_checked:
             return
-        with open(path, "rb") as fh:
-            actual = sha256_of(fh)
-        if actual != expected:
-            raise ChecksumError(
-                f"{where}: sha256 does not match the manifest (corrupt or modified); "
-                "copy it again or re-pack the dataset"
-            )
+        check_against_manifest(where, file_sha256(path), expected)
         self._sha_checked.add(key)
 
     def check_labels(self, labels: Sequence[int] | np.ndarray, where: str) -> None:

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from packer.formats.base import FormatWriter, PartResult, PartWriter, file_sha256
+from packer.formats.base import FormatWriter, PartResult, PartWriter
 from packer.preprocess import PackedSample
+from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.bmp.reader import COLUMNS, index_header, index_name, read_index
 from readers.manifest import Shard

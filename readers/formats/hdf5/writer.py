@@ -18,8 +18,9 @@ from typing import Any
 import h5py
 import numpy as np
 
-from packer.formats.base import FormatWriter, PartResult, PartWriter, file_sha256
+from packer.formats.base import FormatWriter, PartResult, PartWriter
 from packer.preprocess import PackedSample, PreprocessSpec
+from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.hdf5.reader import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
 from readers.manifest import FORMAT_VERSION, Shard, imgpack_version, json_text

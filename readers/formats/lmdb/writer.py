@@ -13,8 +13,9 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from packer.formats.base import FormatWriter, PartWriter, disk_hint, file_sha256
+from packer.formats.base import FormatWriter, PartWriter, disk_hint
 from packer.preprocess import PackedSample
+from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.lmdb.reader import LABELS_KEY, encode_key, shard_name
 from readers.manifest import Shard

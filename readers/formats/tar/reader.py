@@ -26,8 +26,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from readers.checksums import check_against_manifest, sha256_of
 from readers.errors import ChecksumError, ManifestError
-from readers.formats.base import FormatReader, open_shard_file, sha256_of
+from readers.formats.base import FormatReader, open_shard_file
 from readers.manifest import Shard
 from readers.record import Record
 from readers.remote import remote_call
@@ -216,11 +217,7 @@ class TarReader(FormatReader):
         return _OpenShard(index, fd=fd)
 
     def _check_sha(self, shard: Shard, where: str, actual: str) -> None:
-        if actual != shard.sha256:
-            raise ChecksumError(
-                f"{where}: shard bytes do not match the manifest sha256 (corrupt or modified); "
-                "copy it again or re-pack the dataset"
-            )
+        check_against_manifest(where, actual, shard.sha256)
 
     def _load_index(self, shard: Shard, where: str, open_tar) -> ShardIndex:
         idx_where = self.location(index_name(shard.file))

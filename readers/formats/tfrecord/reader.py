@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from readers.checksums import masked_crc
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
@@ -42,25 +43,11 @@ from readers.record import Record
 LENGTH = struct.Struct("<QI")  # length, masked crc of the length
 FOOTER = struct.Struct("<I")  # masked crc of the data
 FRAMING = LENGTH.size + FOOTER.size
-MASK_DELTA = 0xA282EAD8
 META_FEATURE = b"imgpack/meta"  # int64 [label, height, width, channels], written first
 RECORD_FEATURES = frozenset(
     (b"image/encoded", b"image/class/label", b"image/height", b"image/width", b"image/channels")
 )
 FORMAT_NAMES = {"jpeg": "JPEG", "png": "PNG", "bmp": "BMP", "raw": "RAW"}
-
-
-def crc32c(data: bytes | memoryview) -> int:
-    try:
-        import crc32c as impl
-    except ImportError:  # pragma: no cover - a core dependency
-        raise ManifestError("TFRecord files need the crc32c package: pip install crc32c") from None
-    return impl.crc32c(data)
-
-
-def masked_crc(data: bytes | memoryview) -> int:
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
 def frame(payload: bytes) -> bytes:
