@@ -24,7 +24,6 @@ number of retries (``REMOTE_DEFAULTS``; any key the user passes in ``storage_opt
 from __future__ import annotations
 
 import copy
-import errno
 import hashlib
 import os
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any, TypeGuard, TypeVar
 
 from readers.checksums import REMOTE_FIX, check_against_manifest, file_sha256
 from readers.errors import ImgpackError, ManifestError
+from readers.process import pid_alive
 
 DOWNLOAD_CHUNK = 4 << 20
 # Files next to a cached part that are not parts themselves (evicted with their part).
@@ -149,7 +149,7 @@ class ShardCache:
 
         for part in self.dir.glob(".*.part"):
             pid = part.name.rsplit(".", 2)[-2]
-            if pid.isdigit() and _alive(int(pid)):
+            if pid.isdigit() and pid_alive(int(pid)):
                 continue
             part.unlink(missing_ok=True)
         for lock_path in self.dir.glob("*.lock"):
@@ -265,10 +265,3 @@ class ShardCache:
             path.with_suffix(".idx").unlink(missing_ok=True)
             total -= size
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    return True
