@@ -11,7 +11,8 @@ Progress is recorded per finished part in ``.imgpack-progress.json``; ``resume=T
 the parts that did not finish. The manifest is written last, atomically.
 
 Source and output may be fsspec URLs: packer/remote_source.py lists a URL source,
-packer/remote_output.py uploads parts to a URL output (``LocalOutput`` below is its local twin).
+packer/remote_output.py uploads parts to a URL output (packer/output.py's ``LocalOutput`` is its
+local twin; both are an ``Output``). The pack itself is a ``PackJob`` (packer/job.py).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from typing import Any
 
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
+from packer.job import PackJob, PartsRun
 from packer.lifetime import die_with_parent
-from packer.output import check_not_source, open_output, remove_temporaries, replace_output
+from packer.output import LocalOutput, Output, OutputLock, check_not_source, open_output, remove_temporaries
 from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
 from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
@@ -47,6 +49,7 @@ from readers.remote import is_url
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
+StorageOptions = dict[str, Any] | None
 URL_CHUNK = 32  # from a URL source: more reads in flight per task (measured ~25% faster than 8)
 
 
@@ -197,43 +200,18 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
 # -- the pack ------------------------------------------------------------------------------------
 
 
-class LocalOutput:
-    """Where a pack's parts go when ``out`` is a local folder: they stay where they are written,
-    and the finished dataset is swapped into ``out``. packer/remote_output.py is the URL twin."""
-
-    remote = False
-
-    def __init__(self, out: Path):
-        self.out = out
-
-    def part_done(self, writer: FormatWriter, result: PartResult) -> PartResult:
-        return result
-
-    def part_intact(self, writer: FormatWriter, result: PartResult) -> bool:
-        return writer.part_intact(result)
-
-    def saved(self, work: Path) -> None:
-        pass
-
-    def finish(self, writer: FormatWriter, results: list[PartResult], classes: list[str]) -> tuple:
-        return writer.finish(results, classes)
-
-    def commit(self, work: Path) -> None:
-        replace_output(work, self.out)
-
-
-def _run_local(writer, parts, spec, workers, on_error, progress, done, save, sink, storage_options) -> None:
-    todo = [(p, items) for p, items in parts if p not in done]
+def _run_local(job: PackJob, run: PartsRun) -> None:
+    writer = run.writer
+    todo = [(p, items) for p, items in run.parts if p not in run.done]
     for p, _ in todo:
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     todo_items = itertools.chain.from_iterable(items for _, items in todo)
-    stream = preprocessed(todo_items, spec, workers, storage_options)
+    stream = preprocessed(todo_items, job.spec, job.workers, job.storage_options)
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))
-            done[p] = sink.part_done(writer, write_part(writer, p, results, on_error, progress.update))
-            save()
+            run.finished(p, write_part(writer, p, results, job.on_error, run.progress.update))
 
 
 def pack_folder(
@@ -261,7 +239,7 @@ def pack_folder(
     if on_error not in ("skip", "fail"):
         raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
     workers = max(1, workers or os.cpu_count() or 1)
-    writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
+    writer = writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
     if is_url(out):
         from packer.remote_output import check_remote_format
 
@@ -269,8 +247,9 @@ def pack_folder(
     scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
-        job = (scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started)
-        return _pack_into(work, sink, *job, storage_options)
+        job = PackJob(scan, fmt, writer.spec, options, workers, engine, on_error, resume, quiet, ray_address,
+                      storage_options, started)  # fmt: skip
+        return _pack_into(job, writer.at(work), sink)
     finally:
         lock.release()
 
@@ -283,7 +262,9 @@ def _scan(src: str | os.PathLike, storage_options: dict[str, Any] | None) -> Sou
     return scan_folder(src)
 
 
-def _open(scan: SourceScan, out: str | os.PathLike, force: bool, resume: bool, storage_options) -> tuple:
+def _open(
+    scan: SourceScan, out: str | os.PathLike, force: bool, resume: bool, storage_options: StorageOptions
+) -> tuple[Output, Path, OutputLock]:
     """(where parts go, the folder they are written into, the lock held on it)."""
     if is_url(out):
         from packer.remote_output import RemoteOutput, same_place
@@ -297,31 +278,15 @@ def _open(scan: SourceScan, out: str | os.PathLike, force: bool, resume: bool, s
     return (LocalOutput(Path(out)), *open_output(Path(out), force, resume))
 
 
-def _pack_into(
-    work: Path,
-    sink: Any,
-    scan: SourceScan,
-    fmt: str,
-    spec: PreprocessSpec,
-    options: dict[str, Any],
-    workers: int,
-    engine: str,
-    on_error: str,
-    resume: bool,
-    quiet: bool,
-    ray_address: str | None,
-    started: float,
-    storage_options: dict[str, Any] | None,
-) -> PackReport:
-    """The pack proper, into ``work`` (``out``, its staging sibling, or the local staging folder
-    of a URL output), the lock on it held; ``sink`` uploads and commits (LocalOutput, RemoteOutput)."""
+def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
+    """The pack proper, by ``writer`` into ``writer.out`` (``out``, its staging sibling, or the
+    local staging folder of a URL output), the lock on it held; ``sink`` takes the parts."""
     from tqdm import tqdm
 
-    writer = writer_class(fmt)(work, spec, options)
-    spec = writer.spec  # a format may pin part of the spec (--to bmp implies --encode bmp)
-    fingerprint = _fingerprint(scan, fmt, spec, options)
+    work, scan = writer.out, job.scan
+    fingerprint = _fingerprint(scan, job.fmt, job.spec, job.options)
     remove_temporaries(work)
-    done = _load_progress(work, fingerprint) if resume else {}
+    done = _load_progress(work, fingerprint) if job.resume else {}
     for p in [p for p, result in done.items() if not sink.part_intact(writer, result)]:
         del done[p]  # damaged by the interruption: written again
 
@@ -333,15 +298,17 @@ def _pack_into(
     per_part = writer.samples_per_part(len(scan.items))
     parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]
     remaining = sum(len(items) for p, items in parts if p not in done)
-    with tqdm(total=remaining, unit="img", disable=quiet, desc=f"pack {fmt}", dynamic_ncols=True) as bar:
-        if engine == "local":
-            _run_local(writer, parts, spec, workers, on_error, bar, done, save, sink, storage_options)
-        elif engine == "ray":
+    desc = f"pack {job.fmt}"
+    with tqdm(total=remaining, unit="img", disable=job.quiet, desc=desc, dynamic_ncols=True) as bar:
+        run = PartsRun(writer, parts, done, sink, bar, save)
+        if job.engine == "local":
+            _run_local(job, run)
+        elif job.engine == "ray":
             from packer.ray_engine import run_ray
 
-            run_ray(writer, parts, spec, on_error, bar, done, save, ray_address, sink, storage_options)
+            run_ray(job, run)
         else:
-            raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
+            raise ImgpackError(f"unknown engine {job.engine!r}; use local or ray")
     results = [done[p] for p, _ in parts]
     with _writing(work, "dataset"):
         shards, extra = sink.finish(writer, results, scan.classes)
@@ -350,11 +317,11 @@ def _pack_into(
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
         raise ImgpackError(f"{scan.root}: every image was skipped ({len(skipped)}); first reason: {first}")
     manifest = Manifest(
-        format=fmt,
+        format=job.fmt,
         num_samples=sum(s.count for s in shards),
         classes=scan.classes,
-        encoding=spec.encode,
-        preprocess=spec.to_dict(),
+        encoding=job.spec.encode,
+        preprocess=job.spec.to_dict(),
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
@@ -365,15 +332,15 @@ def _pack_into(
         write_manifest(work, manifest)
     sink.commit(work)
     return PackReport(
-        str(sink.url if sink.remote else sink.out),
-        fmt,
+        sink.location,
+        job.fmt,
         manifest.num_samples,
         len(skipped),
         sum(s.bytes for s in shards),
-        time.perf_counter() - started,
+        time.perf_counter() - job.started,
         len(shards),
-        workers,
-        engine,
+        job.workers,
+        job.engine,
         skipped,
         (manifest.stored_sizes or {}).get("upscaled"),
     )

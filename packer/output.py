@@ -21,11 +21,15 @@ import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from readers.errors import ImgpackError
 from readers.formats.registry import registered
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
+
+if TYPE_CHECKING:
+    from packer.formats import FormatWriter, PartResult
+    from readers.manifest import Shard
 
 try:
     import fcntl
@@ -40,6 +44,70 @@ STAGING_FOLDERS = (".staging", ".ray-staging")  # parts in the making (BMP parts
 # An atomic write in progress (readers.manifest.write_atomic, the BMP index): ``.<name>[.<pid>].tmp``.
 TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(\d+\.)?tmp")
 SEALED = (MANIFEST_NAME, PROGRESS_NAME.lstrip("."))  # imgpack's own files that are written atomically
+
+
+class Output(Protocol):
+    """Where a pack's parts go, and how the finished dataset lands: ``LocalOutput`` below, or
+    packer/remote_output.py's ``RemoteOutput`` for a URL. The engines see only this."""
+
+    remote: bool
+
+    @property
+    def location(self) -> str:
+        """The output as the user named it (a folder, or a URL)."""
+        ...
+
+    def part_done(self, writer: FormatWriter, result: PartResult) -> PartResult:
+        """A part was written below ``writer.out``: take it (upload it), return what to record."""
+        ...
+
+    def part_intact(self, writer: FormatWriter, result: PartResult) -> bool:
+        """Whether a part recorded as done is still whole (checked on --resume)."""
+        ...
+
+    def saved(self, work: Path) -> None:
+        """The progress file in ``work`` was rewritten."""
+        ...
+
+    def finish(
+        self, writer: FormatWriter, results: list[PartResult], classes: list[str]
+    ) -> tuple[list[Shard], dict[str, Any]]:
+        """The final shards (global ``first``) and the format's manifest ``extra``."""
+        ...
+
+    def commit(self, work: Path) -> None:
+        """The manifest is written in ``work``: make the dataset the output's, atomically."""
+        ...
+
+
+class LocalOutput:
+    """A local folder: parts stay where they are written, the finished dataset is swapped in."""
+
+    remote = False
+
+    def __init__(self, out: Path):
+        self.out = out
+
+    @property
+    def location(self) -> str:
+        return str(self.out)
+
+    def part_done(self, writer: FormatWriter, result: PartResult) -> PartResult:
+        return result
+
+    def part_intact(self, writer: FormatWriter, result: PartResult) -> bool:
+        return writer.part_intact(result)
+
+    def saved(self, work: Path) -> None:
+        pass
+
+    def finish(
+        self, writer: FormatWriter, results: list[PartResult], classes: list[str]
+    ) -> tuple[list[Shard], dict[str, Any]]:
+        return writer.finish(results, classes)
+
+    def commit(self, work: Path) -> None:
+        replace_output(work, self.out)
 
 
 def staging_dir(out: Path) -> Path:

@@ -22,15 +22,18 @@ import shutil
 import socket
 import tempfile
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from packer.formats import FormatWriter, PartResult
+from packer.formats import FormatWriter
 from packer.lifetime import process_alive
 from packer.parts import part_from_dict, part_to_dict, preprocess_items, write_part
 from packer.preprocess import PreprocessSpec
 from readers.errors import ImgpackError
+
+if TYPE_CHECKING:
+    from packer.job import PackJob, PartsRun
 
 STAGING = ".ray-staging"
 WATCH_EVERY = 8  # samples between checks that the driver still lives
@@ -63,7 +66,7 @@ def _pack_part(
     if sink is None or not sink.remote:
         return part_to_dict(write_part(writer, part, results, on_error))
     with tempfile.TemporaryDirectory(prefix="imgpack-part-") as tmp:
-        local = type(writer)(Path(tmp), writer.spec, writer.options)
+        local = writer.at(Path(tmp))
         return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error)))
 
 
@@ -79,18 +82,9 @@ def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
         os.replace(source, target)
 
 
-def run_ray(
-    writer: FormatWriter,
-    parts: list,
-    spec: PreprocessSpec,
-    on_error: str,
-    bar: Any,
-    done: dict[int, PartResult],
-    save: Callable[[], None],
-    address: str | None,
-    sink: Any = None,
-    storage_options: dict[str, Any] | None = None,
-) -> None:
+def run_ray(job: PackJob, run: PartsRun) -> None:
+    """Every part of ``run`` not done yet, one Ray task each (on ``job.ray_address``, or a
+    local cluster started here)."""
     try:
         import ray
     except ImportError:
@@ -98,22 +92,26 @@ def run_ray(
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(
-            address=address,
+            address=job.ray_address,
             ignore_reinit_error=True,
             log_to_driver=False,
             include_dashboard=False,
             configure_logging=False,
         )
+    writer, sink = run.writer, run.sink
     shutil.rmtree(writer.out / STAGING, ignore_errors=True)  # runs of a dead driver
-    remote = sink is not None and sink.remote
+    remote = sink.remote
     staged = writer if remote else _staged_writer(writer)
     driver = (socket.gethostname(), os.getpid())
     try:
         task = ray.remote(_pack_part)
         pending = {
-            task.remote(staged, p, items, spec, on_error, driver, sink, storage_options): (p, len(items))
-            for p, items in parts
-            if p not in done
+            task.remote(staged, p, items, job.spec, job.on_error, driver, sink, job.storage_options): (
+                p,
+                len(items),
+            )
+            for p, items in run.parts
+            if p not in run.done
         }
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -127,9 +125,9 @@ def run_ray(
                 raise
             if not remote:  # a remote part was uploaded by its task
                 _commit(staged, writer, p)
-            done[p] = part_from_dict(result)
-            save()
-            bar.update(n)
+            run.done[p] = part_from_dict(result)  # a task has handed its part to the output itself
+            run.save()
+            run.progress.update(n)
     finally:
         if started_here:
             ray.shutdown()
@@ -149,6 +147,6 @@ def _task_message(text: str) -> str:
 
 def _staged_writer(writer: FormatWriter) -> FormatWriter:
     """A copy of ``writer`` that writes below this run's staging folder."""
-    staged = type(writer)(writer.out / STAGING / uuid.uuid4().hex, writer.spec, writer.options)
+    staged = writer.at(writer.out / STAGING / uuid.uuid4().hex)
     staged.out.mkdir(parents=True)
     return staged

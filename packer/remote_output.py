@@ -34,7 +34,7 @@ from packer.formats import FormatWriter, PartResult
 from packer.output import OutputLock, manifest_is_ours, owned, progress_is_ours
 from readers.errors import ImgpackError
 from readers.formats.registry import format_named, registered
-from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
+from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
 from readers.remote import RemoteError, remote_call, url_fs
 
 IO_THREADS = 8  # uploads, copies, downloads in flight at once
@@ -65,6 +65,10 @@ class RemoteOutput:
         self._fs: Any = None
         self._root = ""
         self._listing: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def location(self) -> str:
+        return self.url
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_fs": None, "_listing": None}
@@ -243,7 +247,9 @@ class RemoteOutput:
         self.upload([work / PROGRESS_NAME], [PROGRESS_NAME])
 
     # -- the end ------------------------------------------------------------------------------
-    def finish(self, writer: FormatWriter, results: list[PartResult], classes: list[str]) -> tuple:
+    def finish(
+        self, writer: FormatWriter, results: list[PartResult], classes: list[str]
+    ) -> tuple[list[Shard], dict[str, Any]]:
         how = format_named(writer.name).remote_finish
         if how == "rename":
             listing = self.listing(fresh=True)

@@ -9,6 +9,7 @@ each its place (``Shard.first``) in the dataset.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 from dataclasses import dataclass, field
@@ -130,6 +131,12 @@ class FormatWriter:
 
     def check_options(self) -> None:
         """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size)."""
+
+    def at(self, out: Path) -> FormatWriter:
+        """This writer (its options checked, its spec pinned) writing below ``out`` instead."""
+        moved = copy.copy(self)
+        moved.out = Path(out)
+        return moved
 
     def samples_per_part(self, num_items: int) -> int:
         shards = self.options.get("shards")

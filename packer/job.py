@@ -1,0 +1,46 @@
+"""A pack as data: what ``pack_folder`` was asked (``PackJob``) and the parts an engine works
+through (``PartsRun``); packer/engine.py and packer/ray_engine.py take both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from packer.formats import FormatWriter, PartResult
+from packer.output import Output
+from packer.preprocess import PreprocessSpec
+from packer.source import SourceScan
+
+
+@dataclass(frozen=True)
+class PackJob:
+    scan: SourceScan
+    fmt: str
+    spec: PreprocessSpec  # as the format's writer pinned it (--to bmp is --encode bmp)
+    options: dict[str, Any]  # the format's pack options (None values dropped)
+    workers: int = 1
+    engine: str = "local"  # "local" (a process pool) or "ray" (one task per part)
+    on_error: str = "skip"  # "skip": record bad files; "fail": stop at the first
+    resume: bool = False
+    quiet: bool = True
+    ray_address: str | None = None
+    storage_options: dict[str, Any] | None = None  # for URL sources and outputs
+    started: float = 0.0  # time.perf_counter() when the pack began
+
+
+@dataclass
+class PartsRun:
+    """The parts of one pack as an engine works through them: ``finished`` records one (handed
+    to the output, saved in the progress file) and advances the progress bar's owner."""
+
+    writer: FormatWriter  # built once, writing into the work folder
+    parts: list[tuple[int, Any]]  # (part, its source items)
+    done: dict[int, PartResult]
+    sink: Output
+    progress: Any  # a tqdm bar
+    save: Callable[[], None]
+
+    def finished(self, part: int, result: PartResult) -> None:
+        self.done[part] = self.sink.part_done(self.writer, result)
+        self.save()
