@@ -10,6 +10,7 @@ corruption detected, the remote round trip and every reading path.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import shutil
@@ -233,3 +234,19 @@ def test_every_reading_path_returns_the_stored_samples(fmt, small):
     stacked = torch.cat(images).permute(0, 2, 3, 1).numpy()  # (N, C, H, W) batches -> (N, H, W, C)
     assert stacked.shape[0] == 44 and np.array_equal(stacked, np.stack([image for image, _ in want]))
     assert torch.cat(labels).tolist() == [label for _, label in want]
+
+
+def test_a_format_stores_only_the_encodings_it_declares(tmp_path):
+    lossless = dataclasses.replace(npyformat.FORMAT, encodings=("png", "raw"))
+    register_format(lossless, replace=True)
+    try:
+        with pytest.raises(ImgpackError, match="--to npy does not store --encode jpeg; use one of png, raw"):
+            pack_folder(SAMPLE_DATA, tmp_path / "a", "npy", PreprocessSpec(encode="jpeg"), workers=1)
+        assert not (tmp_path / "a").exists()  # refused before anything was written
+    finally:
+        unregister_format("npy")
+    pinned = [f for f in format_names() if len(format_named(f).encodings) == 1]
+    for fmt in pinned:  # a format storing one encoding takes it whatever --encode says
+        pack_folder(SAMPLE_DATA, tmp_path / fmt, fmt, PreprocessSpec(resize=16, encode="jpeg"), workers=1)
+        assert read_manifest(tmp_path / fmt).encoding == format_named(fmt).encodings[0]
+    assert pinned  # bmp
