@@ -349,7 +349,7 @@ def verify(dataset, no_decode, workers, storage_options, cache_dir, quiet, as_js
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 def reindex(dataset: str) -> None:
-    """Rebuild the .idx files of the tar or tfrecord DATASET from its shards."""
+    """Rebuild the shard index files (.idx) of DATASET from its shards (formats that keep one)."""
     from packer.formats.rolling import reindex as rebuild
 
     written = rebuild(dataset)

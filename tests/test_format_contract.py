@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
+from packer.formats.rolling import reindex
 from packer.output import foreign_entries
 from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
@@ -250,3 +251,19 @@ def test_a_format_stores_only_the_encodings_it_declares(tmp_path):
         pack_folder(SAMPLE_DATA, tmp_path / fmt, fmt, PreprocessSpec(resize=16, encode="jpeg"), workers=1)
         assert read_manifest(tmp_path / fmt).encoding == format_named(fmt).encodings[0]
     assert pinned  # bmp
+
+
+def test_reindex_rebuilds_the_shard_indexes_or_says_the_format_keeps_none(fmt, small, tmp_path):
+    root = copy_of(small, tmp_path)
+    if format_named(fmt).indexer is None:
+        indexed = " and ".join(f for f in format_names() if format_named(f).indexer)
+        expected = f"is a {fmt} dataset; only {indexed} datasets have .idx files"
+        with pytest.raises(ImgpackError, match=expected):
+            reindex(root)
+        return
+    indexes = sorted(root.glob("*.idx"))
+    original = [p.read_bytes() for p in indexes]
+    for path in indexes:
+        path.unlink()
+    assert sorted(reindex(root)) == [str(p) for p in indexes]
+    assert [p.read_bytes() for p in indexes] == original and verify_dataset(root).ok
