@@ -50,7 +50,7 @@ from tests.packrun import (
 )
 from tests.s3server import BUCKET
 
-FORMATS = [*format_names(), npyformat.FORMAT.name]  # the shipped ones, then the test's own
+FORMATS = list(dict.fromkeys([*format_names(), npyformat.FORMAT.name]))  # shipped ones, then the test's
 SPLIT = {"samples_per_shard": 20}  # 44 samples: shards of 20, 20, 4
 LOSSLESS = {"resize": 40, "crop": 32, "encode": "png"}
 

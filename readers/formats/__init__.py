@@ -1,6 +1,10 @@
 """Formats: each one a package below this one (``lmdb/``, ``tar/``...), listed in registry.py.
 
-``open_reader`` opens a packed dataset with the reader its manifest's ``format`` names.
+A format's package holds its reader, its writer and its ``Format`` (format.py). The packages live
+on the reading side because ``packer`` imports ``readers`` and never the reverse: a format's
+``writer.py`` (which builds on packer/formats/base.py) is imported by name, by the packer only,
+so a training job imports no packing code. ``open_reader`` opens a packed dataset with the reader
+its manifest's ``format`` names.
 """
 
 from __future__ import annotations
