@@ -276,7 +276,9 @@ def scan_list(
         if str(row.label).strip() == "":
             skipped.append({"path": rel, "reason": f"{where}: no label"})
         elif label is None:
-            skipped.append({"path": rel, "reason": f"{where}: {_unknown_label(row, rows, classes, classes_file)}"})
+            skipped.append(
+                {"path": rel, "reason": f"{where}: {_unknown_label(row, rows, classes, classes_file)}"}
+            )
         elif not os.path.isfile(full):
             skipped.append({"path": rel, "reason": f"{where}: file not found under {root}"})
         else:

@@ -29,7 +29,9 @@ def test_jsonl_labels_that_are_not_integers_or_names_are_skipped(tmp_path):
     root = _images(tmp_path / "imgs", [f"{i}.png" for i in range(6)])
     labels = ["cat", None, True, [1], {"a": 1}, 2.5]
     listing = tmp_path / "l.jsonl"
-    listing.write_text("".join(json.dumps({"path": f"{i}.png", "label": v}) + "\n" for i, v in enumerate(labels)))
+    listing.write_text(
+        "".join(json.dumps({"path": f"{i}.png", "label": v}) + "\n" for i, v in enumerate(labels))
+    )
     scan = scan_list(listing, root)
     assert scan.classes == ["cat"]
     assert [i.rel for i in scan.items] == ["0.png"]
@@ -43,10 +45,14 @@ def test_jsonl_paths_that_are_not_strings_are_skipped(tmp_path):
     root = _images(tmp_path / "imgs", ["0.png"])
     shutil.copy(root / "0.png", root / "None")  # a file named like str(None)
     listing = tmp_path / "l.jsonl"
-    listing.write_text(json.dumps({"path": "0.png", "label": 0}) + "\n" + json.dumps({"path": None, "label": 0}) + "\n")
+    listing.write_text(
+        json.dumps({"path": "0.png", "label": 0}) + "\n" + json.dumps({"path": None, "label": 0}) + "\n"
+    )
     scan = scan_list(listing, root)
     assert [i.rel for i in scan.items] == ["0.png"]
-    assert scan.skipped == [{"path": "<l.jsonl line 2>", "reason": "l.jsonl line 2: path null is not a string"}]
+    assert scan.skipped == [
+        {"path": "<l.jsonl line 2>", "reason": "l.jsonl line 2: path null is not a string"}
+    ]
 
 
 # -- item 4: a quoted CSV field with a newline --------------------------------------------------
