@@ -169,8 +169,9 @@ def _to_8bit_mode(img: Image.Image, mode: str) -> Image.Image:
     """Convert any Pillow mode to 8-bit RGB or L, scaling 16-bit data and flattening alpha on white."""
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         array = np.asarray(img)
-        # 16-bit PNG/TIFF data uses 0..65535 ("I" is how Pillow holds some of them).
-        array = np.clip(array.astype(np.int64) >> 8 if array.max(initial=0) > 255 else array, 0, 255)
+        # 16-bit PNG/TIFF data uses 0..65535 ("I" is how Pillow holds some of them): keep the high
+        # byte, as Pillow does for 16-bit RGB(A) and LA, whatever the image's own maximum is.
+        array = np.clip(array.astype(np.int64) >> 8, 0, 255)
         img = Image.fromarray(array.astype(np.uint8), "L")
     elif img.mode == "F":
         img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), "L")
