@@ -279,6 +279,14 @@ def preprocess_image(
         return None, original_size
     check_crop_fits(width, height, spec)
     out_w, out_h = target_size(width, height, spec)
+    if out_w * out_h > spec.max_pixels:
+        # refused before any pixel is allocated: a 1x60000 strip made to cover --crop 224 is
+        # 224 x 13.4 million pixels
+        raise SkipSample(
+            f"enlarging {width}x{height} to {out_w}x{out_h} ({out_w * out_h:,} pixels) exceeds the "
+            f"--max-pixels limit of {spec.max_pixels:,}; such a thin image is rarely a real sample "
+            "(drop --upscale, or raise --max-pixels)"
+        )
     stored_target = (out_h, out_w) if orientation in ORIENTATION_SWAPS_AXES else (out_w, out_h)
     scaled = None
     if img.format == "JPEG" and img.mode in ("RGB", "L") and (out_w < width or out_h < height):
@@ -324,8 +332,8 @@ def preprocess_file(
             data = _encode(out, spec)
     except SkipSample:
         raise
-    except Exception as exc:  # truncated data, broken chunks, decoder errors
-        raise SkipSample(f"cannot decode image: {exc}") from None
+    except Exception as exc:  # truncated data, broken chunks, decoder errors, memory
+        raise SkipSample(f"cannot decode image: {str(exc) or type(exc).__name__}") from None
     finally:
         img.close()
     resized = target_size(*original_size, spec)

@@ -166,3 +166,37 @@ def test_a_near_black_16_bit_png_packs_near_black(tmp_path):
     )
     ds = open_dataset(tmp_path / "out")
     assert sorted(int(np.asarray(ds[i][0]).max()) for i in range(len(ds))) == [0, 200]
+
+
+# -- item 13: --upscale bounded by --max-pixels on the result -----------------------------------
+
+
+def test_upscaling_a_thin_strip_past_max_pixels_is_a_skip_with_a_reason(tmp_path):
+    src = _images(tmp_path / "src" / "c", ["ok.png"], size=(40, 40))
+    Image.fromarray(np.zeros((1, 2000, 3), np.uint8)).save(src / "strip.png")  # 1 x 2000
+    out = tmp_path / "out"
+    # covering --crop 64 makes it 64 x 128000 = 8.2 million pixels, over --max-pixels 1,000,000
+    run_cli("imagefolder", tmp_path / "src", "--to", "tar", "-o", out, "--crop", "64", "--upscale",
+            "--max-pixels", "1000000", "-q", check=True)  # fmt: skip
+    manifest = read_manifest(out)
+    assert manifest.num_samples == 1
+    assert manifest.skipped == [
+        {
+            "path": "c/strip.png",
+            "reason": "enlarging 2000x1 to 128000x64 (8,192,000 pixels) exceeds the --max-pixels limit of "
+            "1,000,000; such a thin image is rarely a real sample (drop --upscale, or raise --max-pixels)",
+        }
+    ]
+
+
+def test_a_decoder_error_without_a_message_is_named_by_its_type(monkeypatch, tmp_path):
+    from packer import preprocess
+
+    src = _images(tmp_path / "c", ["a.png"])
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(preprocess, "_encode", out_of_memory)
+    with pytest.raises(preprocess.SkipSample, match="^cannot decode image: MemoryError$"):
+        preprocess.preprocess_file(str(src / "a.png"), "a.png", 0, 0, preprocess.PreprocessSpec(encode="png"))
