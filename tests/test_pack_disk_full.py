@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from packer.formats import WRITERS
 from packer.verify import verify_dataset
 from tests.conftest import SAMPLE_DATA
 from tests.packrun import copy_source, run_pack, syscall_count
@@ -35,7 +36,7 @@ def assert_one_line_error(rc: int, text: str, *words: str) -> None:
         assert word.lower() in lines[0].lower(), text
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "tar", "bmp"])
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
 def test_disk_full_is_one_clear_error_and_frees_the_disk(tmp_path, small_disk, fmt):
     src = copy_source(tmp_path / "src", copies=2)  # ~27 MB of raw 320x320 pixels: does not fit
     out = small_disk / "ds"

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from packer.formats import WRITERS
 from packer.imagelist import scan_list
 from readers import read_manifest
 from tests.conftest import run_cli
+from tests.packrun import copy_source
 
 
 def _images(folder, names, size=(8, 8)):
@@ -200,3 +203,91 @@ def test_a_decoder_error_without_a_message_is_named_by_its_type(monkeypatch, tmp
     monkeypatch.setattr(preprocess, "_encode", out_of_memory)
     with pytest.raises(preprocess.SkipSample, match="^cannot decode image: MemoryError$"):
         preprocess.preprocess_file(str(src / "a.png"), "a.png", 0, 0, preprocess.PreprocessSpec(encode="png"))
+
+
+# -- item 9: a full disk is one line for every format, small buffered writes included -------------
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 256 KiB tmpfs, mounted for the test (root only, as in CI) and unmounted after it."""
+    mount = tmp_path / "tiny-disk"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True
+    )
+    assert proc.returncode == 0, f"cannot mount a tmpfs (disk-full tests run as root): {proc.stderr.decode()}"
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_a_full_disk_under_small_samples_is_one_line(tmp_path, tiny_disk, fmt):
+    # small JPEGs sit in the file's write buffer when the disk fills: closing it must not raise again
+    src = copy_source(tmp_path / "src", copies=4)
+    proc = run_cli(
+        "imagefolder", src, "--to", fmt, "-o", tiny_disk / "ds", "--resize", "64", "--workers", "1", "-q"
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert (
+        len(lines) == 1 and lines[0].startswith("Error: ") and "no space left on device" in lines[0].lower()
+    ), lines
+
+
+# -- item 8: a file name that is not UTF-8 packs into every format, --resume included ------------
+
+ODD_NAME = b"caf\xe9.png"  # Latin-1 bytes: not UTF-8
+
+
+def _odd_source(tmp_path, plain=1):
+    src = _images(tmp_path / "src" / "c", [f"plain{i}.png" for i in range(plain)], size=(300, 300))
+    shutil.copy(src / "plain0.png", os.path.join(os.fsencode(src), ODD_NAME))
+    return tmp_path / "src"
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_a_file_name_that_is_not_utf8_packs(tmp_path, fmt):
+    from packer.verify import verify_dataset
+
+    out = tmp_path / "out"
+    proc = run_cli("imagefolder", _odd_source(tmp_path), "--to", fmt, "-o", out, "--resize", "16", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert read_manifest(out).num_samples == 2 and verify_dataset(out).ok
+
+
+def test_tfrecord_keeps_the_file_name_bytes_and_resume_packs_it(tmp_path):
+    import struct
+
+    from readers.formats.tfexample import decode_example
+    from tests.packrun import SLOW_PACK, kill_group, run_pack, start_pack, wait_started
+
+    out = tmp_path / "out"
+    # 40 images at 256 px as PNG: a pack still running when it is killed
+    args = [
+        _odd_source(tmp_path, plain=40),
+        "--to",
+        "tfrecord",
+        "-o",
+        out,
+        "--workers",
+        "1",
+        "-q",
+        *SLOW_PACK,
+    ]
+    proc = start_pack(*args)
+    wait_started(out, proc)
+    kill_group(proc.pid)
+    proc.communicate()
+    rc, text = run_pack(*args, "--resume")
+    assert rc == 0, text
+    [shard] = read_manifest(out).shards
+    data = (out / shard.file).read_bytes()
+    names = []
+    while data:
+        (length,) = struct.unpack("<Q", data[:8])
+        names += decode_example(data[12 : 12 + length])["image/filename"]
+        data = data[12 + length + 4 :]
+    assert b"c/" + ODD_NAME in [bytes(n) for n in names] and len(names) == 41
