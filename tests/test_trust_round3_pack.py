@@ -384,3 +384,48 @@ def test_an_untouched_loader_state_still_resumes_exactly(packed):
     loader = make_loader(open_iterable(path, seed=1, batch_size=4), num_workers=2)
     loader.load_state_dict(state)
     assert [b[1].tolist() for b in loader] == full[3:]
+
+
+# -- item 5: a TFRecord record whose stored size disagrees with its image -------------------------
+
+
+def _swap_stored_sizes(path):
+    """Rewrite every record of a TFRecord dataset with height and width swapped in its features
+    (the same byte length, CRCs recomputed): what a foreign or hand-edited record may hold."""
+    from readers.formats.tfexample import decode_example, encode_example
+    from readers.formats.tfrecord import META_FEATURE, frame
+
+    for shard in read_manifest(path).shards:
+        data, out = (path / shard.file).read_bytes(), b""
+        while data:
+            length = int.from_bytes(data[:8], "little")
+            features = {k: [bytes(x) if isinstance(x, memoryview) else x for x in v]
+                        for k, v in decode_example(data[12 : 12 + length]).items()}  # fmt: skip
+            meta = features[META_FEATURE.decode()]
+            meta[1], meta[2] = meta[2], meta[1]
+            features["image/height"], features["image/width"] = (
+                features["image/width"],
+                features["image/height"],
+            )
+            payload = encode_example(features)
+            assert len(payload) == length
+            out += frame(payload)
+            data = data[12 + length + 4 :]
+        (path / shard.file).write_bytes(out)
+
+
+def test_tfrecord_image_size_comes_from_the_image_on_every_path(tmp_path, packed):
+    from readers import open_dataset, open_iterable
+
+    original = packed("tfrecord", resize=40, encode="jpeg")
+    tampered = tmp_path / "tampered"
+    shutil.copytree(original, tampered)
+    _swap_stored_sizes(tampered)
+    n = len(open_dataset(original))
+
+    def batch(path):
+        return next(iter(open_iterable(path, shuffle=False, batch_size=n, crop=32)))[0].numpy()
+
+    assert np.array_equal(batch(tampered), batch(original))  # the batch path
+    ours, theirs = open_dataset(tampered, decode="numpy"), open_dataset(original, decode="numpy")
+    assert all(np.array_equal(ours[i][0], theirs[i][0]) for i in range(n))  # the map path
