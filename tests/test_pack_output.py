@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from packer.engine import pack_folder
+from packer.formats import WRITERS
 from packer.preprocess import PreprocessSpec
 from readers import open_dataset
 from readers.errors import ImgpackError, ManifestError
@@ -82,7 +83,7 @@ def test_two_packs_into_one_output_fail_fast(tmp_path):
         assert rc == 1 and "another pack is writing this output" in text, text
 
 
-@pytest.mark.parametrize("fmt", ["hdf5", "bmp", "lmdb"])
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
 def test_force_under_an_open_reader_never_mixes_datasets(tmp_path, fmt):
     out = tmp_path / "ds"
     pack_folder(SAMPLE_DATA, out, fmt, SMALL, workers=1)

@@ -14,7 +14,8 @@ from PIL import Image
 from packer.formats import WRITERS
 from packer.imagelist import scan_list
 from readers import read_manifest
-from tests.conftest import run_cli
+from readers.formats import READERS
+from tests.conftest import SAMPLE_DATA, run_cli
 from tests.packrun import copy_source
 
 
@@ -429,3 +430,48 @@ def test_tfrecord_image_size_comes_from_the_image_on_every_path(tmp_path, packed
     assert np.array_equal(batch(tampered), batch(original))  # the batch path
     ours, theirs = open_dataset(tampered, decode="numpy"), open_dataset(original, decode="numpy")
     assert all(np.array_equal(ours[i][0], theirs[i][0]) for i in range(n))  # the map path
+
+
+# -- item 1: a reader open while `pack --force` replaces its dataset never mixes old and new ------
+
+
+@pytest.mark.parametrize("fmt", sorted(set(WRITERS) & set(READERS)))
+def test_an_open_reader_never_mixes_old_and_new_samples_after_force(tmp_path, fmt):
+    from readers import open_dataset
+    from readers.errors import DatasetReplacedError
+
+    out = tmp_path / "ds"
+    common = ["--to", fmt, "-o", out, "--shards", "3", "--encode", "png", "--workers", "1", "-q"]
+    run_cli("imagefolder", SAMPLE_DATA, *common, "--resize", "24", check=True)
+    shutil.copytree(out, tmp_path / "old")
+    old = open_dataset(tmp_path / "old", decode="numpy")
+    reader = open_dataset(out, decode="numpy")
+    assert np.array_equal(reader[0][0], old[0][0])  # the first part is open
+    run_cli("imagefolder", SAMPLE_DATA, *common, "--resize", "40", "--force", check=True)
+    read = 0
+    with pytest.raises(DatasetReplacedError) as caught:
+        for i in range(len(old)):
+            image, label = reader[i]
+            assert np.array_equal(image, old[i][0]) and label == old[i][1], f"sample {i} is not the old one"
+            read += 1
+    message = str(caught.value)
+    assert read < len(old)  # the later parts are the new dataset's: they must not be read
+    assert f"{out}: the dataset was replaced" in message and "open the dataset again" in message
+    assert open_dataset(out, decode="numpy")[0][0].shape[:2] != old[0][0].shape[:2]  # reopened: the new one
+
+
+@pytest.mark.parametrize("fmt", sorted(set(WRITERS) & set(READERS)))
+def test_an_open_batch_iterable_stops_with_replaced_when_force_swaps_its_dataset(tmp_path, fmt):
+    from readers import open_iterable
+    from readers.errors import DatasetReplacedError
+
+    out = tmp_path / "ds"
+    common = ["--to", fmt, "-o", out, "--shards", "3", "--crop", "24", "--upscale", "--workers", "1", "-q"]
+    run_cli("imagefolder", SAMPLE_DATA, *common, "--resize", "24", check=True)
+    batches = iter(open_iterable(out, shuffle=False, batch_size=4, block_size=4))
+    first = next(batches)
+    run_cli("imagefolder", SAMPLE_DATA, *common, "--resize", "40", "--force", check=True)
+    with pytest.raises(DatasetReplacedError, match="open the dataset again"):
+        for _ in batches:
+            pass
+    assert first[0].shape == (4, 3, 24, 24)

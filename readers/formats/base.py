@@ -14,7 +14,7 @@ from typing import IO, Any, ClassVar
 
 import numpy as np
 
-from readers.errors import ChecksumError, ManifestError
+from readers.errors import ChecksumError, DatasetReplacedError, ImgpackError, ManifestError
 from readers.manifest import Manifest
 from readers.paths import inside
 from readers.record import Record
@@ -67,6 +67,14 @@ def open_shard_file(
         raise
 
 
+def _dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class FormatReader:
     name: ClassVar[str] = ""
     # Formats where a lookup costs about what a sequential step costs (LMDB) set this to 1.
@@ -95,6 +103,9 @@ class FormatReader:
         self._handles: dict[Any, Any] = {}
         self._pid = os.getpid()
         self._sha_checked: set[tuple] = set()
+        # The directory this reader opened: `pack --force` swaps a new one in under the same path,
+        # and a part opened after that must never be paired with this manifest (see handle()).
+        self._identity = None if self.remote else _dir_identity(self.root)
 
     def check_parts(self) -> None:
         """Check, cheaply and before any read, that each part holds what the manifest says.
@@ -249,8 +260,35 @@ class FormatReader:
             self._pid = os.getpid()
         handle = self._handles.get(key)
         if handle is None:
-            handle = self._handles[key] = self._open(key)
+            handle = self._handles[key] = self._open_unreplaced(key)
         return handle
+
+    def _open_unreplaced(self, key: Any) -> Any:
+        """``_open(key)``, refused if the dataset directory is no longer the one this reader opened.
+
+        Checked after the open: a part opened before a swap holds the old samples, one opened
+        after it is caught here; either way no new file is read with the old manifest."""
+        try:
+            handle = self._open(key)
+        except (ImgpackError, OSError) as exc:  # a part gone or changed, as a replaced dataset's are
+            self.check_not_replaced(exc)
+            raise
+        try:
+            self.check_not_replaced()
+        except DatasetReplacedError:
+            self._close_handle(handle)
+            raise
+        return handle
+
+    def check_not_replaced(self, cause: BaseException | None = None) -> None:
+        """Raise ``DatasetReplacedError`` if the dataset directory was replaced since the open."""
+        if self._identity is None or _dir_identity(self.root) == self._identity:
+            return
+        raise DatasetReplacedError(
+            f"{self.root}: the dataset was replaced (by `pack --force`, or removed) after this reader "
+            "opened it; the parts it had open still give the old samples, the others are gone: "
+            "open the dataset again (open_dataset / open_iterable) to read the new one"
+        ) from cause
 
     def check_index(self, index: int) -> int:
         index = int(index)
