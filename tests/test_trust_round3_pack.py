@@ -475,3 +475,33 @@ def test_an_open_batch_iterable_stops_with_replaced_when_force_swaps_its_dataset
         for _ in batches:
             pass
     assert first[0].shape == (4, 3, 24, 24)
+
+
+def test_a_swap_between_reading_the_manifest_and_opening_the_reader_is_caught(tmp_path, monkeypatch):
+    import readers.formats as formats
+    from packer.output import exchange
+    from readers.errors import DatasetReplacedError
+
+    for name in ("ds", "new"):
+        run_cli(
+            "imagefolder",
+            SAMPLE_DATA,
+            "--to",
+            "hdf5",
+            "-o",
+            tmp_path / name,
+            "--resize",
+            "24",
+            "-q",
+            check=True,
+        )
+    real_read = formats.read_manifest
+
+    def read_then_swap(path, storage_options=None):
+        manifest = real_read(path, storage_options)
+        exchange(tmp_path / "new", tmp_path / "ds")  # what `pack --force` does, right after the read
+        return manifest
+
+    monkeypatch.setattr(formats, "read_manifest", read_then_swap)
+    with pytest.raises(DatasetReplacedError, match="open the dataset again"):
+        formats.open_reader(tmp_path / "ds")

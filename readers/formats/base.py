@@ -67,7 +67,7 @@ def open_shard_file(
         raise
 
 
-def _dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
+def dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
     try:
         st = os.stat(root)
     except OSError:
@@ -105,7 +105,7 @@ class FormatReader:
         self._sha_checked: set[tuple] = set()
         # The directory this reader opened: `pack --force` swaps a new one in under the same path,
         # and a part opened after that must never be paired with this manifest (see handle()).
-        self._identity = None if self.remote else _dir_identity(self.root)
+        self._identity = None if self.remote else dir_identity(self.root)
 
     def check_parts(self) -> None:
         """Check, cheaply and before any read, that each part holds what the manifest says.
@@ -280,9 +280,15 @@ class FormatReader:
             raise
         return handle
 
+    def pin_directory(self, identity: tuple[int, int] | None) -> None:
+        """Take ``identity`` (of the directory before its manifest was read) as the dataset's: a
+        swap between reading the manifest and opening this reader is refused now, not later."""
+        self._identity = identity
+        self.check_not_replaced()
+
     def check_not_replaced(self, cause: BaseException | None = None) -> None:
         """Raise ``DatasetReplacedError`` if the dataset directory was replaced since the open."""
-        if self._identity is None or _dir_identity(self.root) == self._identity:
+        if self._identity is None or dir_identity(self.root) == self._identity:
             return
         raise DatasetReplacedError(
             f"{self.root}: the dataset was replaced (by `pack --force`, or removed) after this reader "
