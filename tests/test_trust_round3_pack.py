@@ -224,6 +224,7 @@ def tiny_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("fmt", sorted(WRITERS))
 def test_a_full_disk_under_small_samples_is_one_line(tmp_path, tiny_disk, fmt):
     # small JPEGs sit in the file's write buffer when the disk fills: closing it must not raise again
