@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packer.source import SourceItem, SourceScan, _inside
+from packer.source import SourceItem, SourceScan
 from readers.errors import ImgpackError
 
 PATH_COLUMNS = ("path", "file", "filename", "file_name", "image", "image_path", "img", "image_id", "id")
@@ -265,7 +265,7 @@ def scan_list(
             continue
         # a symlink (to the file or a folder on its way) may leave the root: judge where it lands
         real = os.path.realpath(full)
-        if not _inside(real, base_real):
+        if os.path.commonpath([real, base_real]) != base_real:
             skipped.append({"path": rel, "reason": f"{where}: outside --root {root} (a symlink to {real})"})
             continue
         if rel in first_line:
