@@ -137,7 +137,7 @@ def main(debug: bool) -> None:
     type=click.IntRange(min=1),
     default=DEFAULT_MAX_PIXELS,
     show_default=True,
-    help="Images with more pixels are skipped as possible decompression bombs.",
+    help="Images with more pixels (before or after resizing) are skipped as possible decompression bombs.",
 )
 @click.option(
     "--workers",

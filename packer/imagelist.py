@@ -14,8 +14,10 @@ label, duplicate path, a path outside the root, an empty field), and land in the
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,10 @@ from readers.errors import ImgpackError
 PATH_COLUMNS = ("path", "file", "filename", "file_name", "image", "image_path", "img", "image_id", "id")
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "label_id")
 LIST_KINDS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+# Integer labels without --classes imply classes 0..max: a label above this (or the row count,
+# when larger) is a typo or an id, not a class, and would build that many class names.
+MAX_IMPLIED_CLASSES = 100_000
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 @dataclass
@@ -33,6 +39,28 @@ class Row:
     line: int
     path: str
     label: Any
+    problem: str = ""  # why the row cannot be used at all (its path or label has the wrong type)
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """``value`` as a short text for a reason (a JSON value as JSON, a long one cut)."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def _json_row(number: int, entry: dict, path_key: str, label_key: str) -> Row:
+    path, label = entry.get(path_key, ""), entry.get(label_key, "")
+    if not isinstance(path, str):
+        return Row(number, "", label, f"path {_shown(path)} is not a string")
+    if isinstance(label, bool) or not isinstance(label, (str, int)):
+        return Row(number, path, "", f"label {_shown(label)} is neither an integer nor a class name")
+    return Row(number, path, label)
+
+
+def _json_integer(text: str) -> int | str:
+    # Python refuses to convert integers of more than 4300 digits; keep them as text (an
+    # integer label that is out of range anyway) so the row is skipped, not the list refused.
+    return int(text) if len(text) <= 100 else text
 
 
 def list_kind(path: Path) -> str:
@@ -65,7 +93,8 @@ def read_rows(
     """The (line, path, label) rows of a list file; columns found by name (or position without header)."""
     kind = list_kind(list_path)
     try:
-        text = list_path.read_text(encoding="utf-8-sig")
+        # decoded from bytes so that quoted CSV fields keep their own newlines ("\r\n" included)
+        text = list_path.read_bytes().decode("utf-8-sig")
     except FileNotFoundError:
         raise ImgpackError(f"{list_path}: no such list file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -76,7 +105,7 @@ def read_rows(
             if not line.strip():
                 continue
             try:
-                entry = json.loads(line)
+                entry = json.loads(line, parse_int=_json_integer)
             except json.JSONDecodeError as exc:
                 raise ImgpackError(f"{list_path}: line {number} is not JSON ({exc.msg})") from None
             if not isinstance(entry, dict):
@@ -85,10 +114,9 @@ def read_rows(
                 keys = list(entry)
                 path_key = _pick(keys, path_column, PATH_COLUMNS, "path", list_path)
                 label_key = _pick(keys, label_column, LABEL_COLUMNS, "label", list_path)
-            rows.append(Row(number, str(entry.get(path_key, "")), entry.get(label_key, "")))
+            rows.append(_json_row(number, entry, path_key, label_key))
         return rows
-    table = list(csv.reader(text.splitlines(), delimiter="," if kind == "csv" else "\t"))
-    numbered = [(n, r) for n, r in enumerate(table, 1) if any(cell.strip() for cell in r)]
+    numbered = [(n, r) for n, r in _csv_records(list_path, text, kind) if any(cell.strip() for cell in r)]
     if not numbered:
         return rows
     if header:
@@ -111,6 +139,25 @@ def read_rows(
     return rows
 
 
+def _csv_records(list_path: Path, text: str, kind: str) -> list[tuple[int, list[str]]]:
+    """(line the record starts on, cells) of the whole text, parsed as one stream: a quoted field
+    may hold newlines."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if kind == "csv" else "\t")
+    records: list[tuple[int, list[str]]] = []
+    start = 1
+    try:
+        for cells in reader:
+            records.append((start, cells))
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        if "field larger than field limit" in str(exc):
+            reason = f"a field is longer than {csv.field_size_limit():,} characters"
+        else:
+            reason = f"not valid {kind.upper()} ({exc})"
+        raise ImgpackError(f"{list_path}: line {start}: {reason}; fix that line") from None
+    return records
+
+
 def read_classes(path: Path) -> list[str]:
     try:
         names = [line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines()]
@@ -131,7 +178,14 @@ def _as_int(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    return int(text) if text.lstrip("-").isdigit() else None
+    if not _INTEGER.fullmatch(text):
+        return None
+    # beyond any class count: not converted (Python refuses integers of more than 4300 digits)
+    return int(text) if len(text) <= 18 else 10**18
+
+
+def _implied_class_limit(rows: list[Row]) -> int:
+    return max(MAX_IMPLIED_CLASSES, len(rows))
 
 
 def _label_resolver(rows: list[Row], classes: list[str] | None):
@@ -146,16 +200,31 @@ def _label_resolver(rows: list[Row], classes: list[str] | None):
             return number if number is not None and 0 <= number < len(classes) else None
 
         return classes, resolve
-    values = [r.label for r in rows if str(r.label).strip() != ""]
+    values = [r.label for r in rows if not r.problem and str(r.label).strip() != ""]
     numbers = [_as_int(v) for v in values]
     if values and all(n is not None for n in numbers):
-        top = max(n for n in numbers if n is not None)
+        limit = _implied_class_limit(rows)
+        top = max((n for n in numbers if n is not None and n < limit), default=-1)
         return [
             str(i) for i in range(top + 1)
-        ], lambda v: n if (n := _as_int(v)) is not None and n >= 0 else None
+        ], lambda v: n if (n := _as_int(v)) is not None and 0 <= n <= top else None
     found = sorted({str(v) for v in values})
     index = {n: i for i, n in enumerate(found)}
     return found, lambda v: index.get(str(v))
+
+
+def _unknown_label(row: Row, rows: list[Row], classes: list[str], classes_file: Any) -> str:
+    number = _as_int(row.label)
+    text = str(row.label).strip()
+    if classes_file is None and number is not None and number >= _implied_class_limit(rows):
+        digits = f" ({len(text.lstrip('-'))} digits)" if len(text) > 18 else ""
+        return (
+            f"label {_shown(text, 20)}{digits} is far above the number of rows ({len(rows)}); "
+            "integer labels are class numbers 0..N-1: give --classes FILE to name the classes"
+        )
+    known = f"{len(classes)} classes" + (f" from {classes_file}" if classes_file else "")
+    shown = repr(row.label) if len(text) <= 60 else _shown(text)
+    return f"unknown label {shown} ({known})"
 
 
 def scan_list(
@@ -177,11 +246,15 @@ def scan_list(
     rows = read_rows(list_path, path_column, label_column, header)
     classes, resolve = _label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
     base = os.path.abspath(root)
+    base_real = os.path.realpath(base)
     items: list[SourceItem] = []
     skipped: list[dict[str, str]] = []
     first_line: dict[str, int] = {}
     for row in rows:
         where = f"{list_path.name} line {row.line}"
+        if row.problem:
+            skipped.append({"path": row.path or f"<{where}>", "reason": f"{where}: {row.problem}"})
+            continue
         if not row.path:
             skipped.append({"path": f"<{where}>", "reason": f"{where}: empty path"})
             continue
@@ -189,6 +262,11 @@ def scan_list(
         rel = os.path.relpath(full, base).replace(os.sep, "/")
         if rel == ".." or rel.startswith("../"):
             skipped.append({"path": row.path, "reason": f"{where}: outside --root {root}"})
+            continue
+        # a symlink (to the file or a folder on its way) may leave the root: judge where it lands
+        real = os.path.realpath(full)
+        if os.path.commonpath([real, base_real]) != base_real:
+            skipped.append({"path": rel, "reason": f"{where}: outside --root {root} (a symlink to {real})"})
             continue
         if rel in first_line:
             skipped.append({"path": rel, "reason": f"{where}: duplicate of line {first_line[rel]}"})
@@ -198,8 +276,9 @@ def scan_list(
         if str(row.label).strip() == "":
             skipped.append({"path": rel, "reason": f"{where}: no label"})
         elif label is None:
-            known = f"{len(classes)} classes" + (f" from {classes_file}" if classes_file else "")
-            skipped.append({"path": rel, "reason": f"{where}: unknown label {row.label!r} ({known})"})
+            skipped.append(
+                {"path": rel, "reason": f"{where}: {_unknown_label(row, rows, classes, classes_file)}"}
+            )
         elif not os.path.isfile(full):
             skipped.append({"path": rel, "reason": f"{where}: file not found under {root}"})
         else:

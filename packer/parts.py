@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
 
-from packer.formats import FormatWriter, PartResult
+from packer.formats import FormatWriter, PartResult, PartWriter
 from packer.formats.base import disk_hint
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
 from packer.sizes import KEY as SIZES_KEY
@@ -79,14 +79,22 @@ def write_part(
             tick(1)
         shards = part_writer.close()
     except OSError as exc:
-        part_writer.abort()
+        _abort(part_writer)
         raise ImgpackError(
             f"{writer.out}: cannot write the output ({one_line(exc)}); {disk_hint(writer.out)}"
         ) from None
     except BaseException:
-        part_writer.abort()
+        _abort(part_writer)
         raise
     return PartResult(part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict()})
+
+
+def _abort(part_writer: PartWriter) -> None:
+    """Drop a failed part; a cleanup that fails too (the disk still full) must not hide why."""
+    try:
+        part_writer.abort()
+    except OSError:
+        pass
 
 
 def one_line(exc: OSError) -> str:

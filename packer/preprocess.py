@@ -169,8 +169,9 @@ def _to_8bit_mode(img: Image.Image, mode: str) -> Image.Image:
     """Convert any Pillow mode to 8-bit RGB or L, scaling 16-bit data and flattening alpha on white."""
     if img.mode in ("I;16", "I;16L", "I;16B", "I;16N", "I"):
         array = np.asarray(img)
-        # 16-bit PNG/TIFF data uses 0..65535 ("I" is how Pillow holds some of them).
-        array = np.clip(array.astype(np.int64) >> 8 if array.max(initial=0) > 255 else array, 0, 255)
+        # 16-bit PNG/TIFF data uses 0..65535 ("I" is how Pillow holds some of them): keep the high
+        # byte, as Pillow does for 16-bit RGB(A) and LA, whatever the image's own maximum is.
+        array = np.clip(array.astype(np.int64) >> 8, 0, 255)
         img = Image.fromarray(array.astype(np.uint8), "L")
     elif img.mode == "F":
         img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), "L")
@@ -278,6 +279,14 @@ def preprocess_image(
         return None, original_size
     check_crop_fits(width, height, spec)
     out_w, out_h = target_size(width, height, spec)
+    if out_w * out_h > spec.max_pixels:
+        # refused before any pixel is allocated: a 1x60000 strip made to cover --crop 224 is
+        # 224 x 13.4 million pixels
+        raise SkipSample(
+            f"enlarging {width}x{height} to {out_w}x{out_h} ({out_w * out_h:,} pixels) exceeds the "
+            f"--max-pixels limit of {spec.max_pixels:,}; such a thin image is rarely a real sample "
+            "(drop --upscale, or raise --max-pixels)"
+        )
     stored_target = (out_h, out_w) if orientation in ORIENTATION_SWAPS_AXES else (out_w, out_h)
     scaled = None
     if img.format == "JPEG" and img.mode in ("RGB", "L") and (out_w < width or out_h < height):
@@ -323,8 +332,8 @@ def preprocess_file(
             data = _encode(out, spec)
     except SkipSample:
         raise
-    except Exception as exc:  # truncated data, broken chunks, decoder errors
-        raise SkipSample(f"cannot decode image: {exc}") from None
+    except Exception as exc:  # truncated data, broken chunks, decoder errors, memory
+        raise SkipSample(f"cannot decode image: {str(exc) or type(exc).__name__}") from None
     finally:
         img.close()
     resized = target_size(*original_size, spec)

@@ -27,6 +27,7 @@ _EXPORTS = {
     "ImgpackError": "readers.errors",
     "ManifestError": "readers.errors",
     "ChecksumError": "readers.errors",
+    "DatasetReplacedError": "readers.errors",
     "open_reader": "readers.formats",
     "dali_loader": "readers.dali",
     "make_loader": "readers.loader",

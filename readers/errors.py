@@ -23,3 +23,7 @@ class DecodeError(ImgpackError):
 
 class OptionError(ImgpackError, ValueError):
     """An argument or command-line option with a value that cannot be used (still a ValueError)."""
+
+
+class DatasetReplacedError(ManifestError):
+    """The dataset directory was replaced (``pack --force``) after a reader opened it."""

@@ -26,7 +26,7 @@ from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from readers.resume import ResumeError, ResumePoint, advance
+from readers.resume import ResumeError, ResumePoint, advance, check_worker_states, loader_workers
 from readers.stream import EpochStream
 
 STATE_KEY = "imgpack"
@@ -78,7 +78,7 @@ class PackedLoader(StatefulDataLoader):
             )
         state = dict(state_dict)
         position = dict(state.pop(STATE_KEY))
-        saved_workers = position.pop("num_workers", None)
+        saved_workers = loader_workers(position.pop("num_workers", None))
         self.dataset.load_state_dict(position)
         order = self.dataset.order
         same_placement = (
@@ -87,7 +87,8 @@ class PackedLoader(StatefulDataLoader):
             and position["rank"] == order.rank
             and position["unit"] == order.unit
         )
-        if same_placement:
+        if same_placement and saved_workers is not None:
+            check_worker_states(state, saved_workers, position["epoch"], order, self.dataset.identity())
             super().load_state_dict(state)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from readers.errors import ImgpackError
-from readers.order import OrderSpec
+from readers.order import OrderSpec, worker_chunks
 
 STATE_VERSION = 1
 ORDER_FIELDS = ("seed", "num_samples", "shuffle", "block_size", "buffer_size")
@@ -126,6 +126,44 @@ def advance(order: OrderSpec, start: ResumePoint, samples: int) -> ResumePoint:
     return ResumePoint(start.epoch, order.position_after(chunks, start.position), offset)
 
 
+# The order takes an epoch modulo 2**32 (readers.order) and the shared epoch counter is an int64:
+# a state beyond that is not one this library wrote.
+MAX_EPOCH = 2**32 - 1
+
+
+def _integer(state: dict[str, Any], key: str, low: int, high: int | None = None, where: str = "") -> int:
+    """``state[key]``, which must be an int (not a bool or float) within ``low..high``."""
+    value = state[key]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ResumeError(f"resume state{where} field {key!r} must be an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bounds = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ResumeError(f"resume state{where} field {key!r}={value} is outside {bounds}")
+    return value
+
+
+def worker_share(order: OrderSpec, position: int, offset: int, worker: int, num_workers: int) -> int:
+    """Samples DataLoader worker ``worker`` of ``num_workers`` produces from (position, offset)."""
+    total = order.samples_from(position)
+    chunks = worker_chunks(total, order.unit, worker, num_workers, False)
+    return sum(b - max(a, min(b, offset)) for a, b in chunks)
+
+
+def _worker_progress(
+    state: dict[str, Any], order: OrderSpec, position: int, offset: int
+) -> tuple[int, int, int]:
+    missing = [key for key in WORKER_FIELDS if key not in state]
+    if missing:
+        raise ResumeError(
+            f"resume state has {', '.join(k for k in WORKER_FIELDS if k in state)} but not "
+            f"{', '.join(missing)}: a worker's fields come together; pass a state from state_dict()"
+        )
+    num_workers = _integer(state, "num_workers", 1)
+    worker = _integer(state, "worker", 0, num_workers - 1)
+    share = worker_share(order, position, offset, worker, num_workers)
+    return worker, num_workers, _integer(state, "worker_samples", 0, share)
+
+
 def check_state(
     state: Any, order: OrderSpec, in_worker: bool, identity: dict[str, Any] | None = None
 ) -> ResumePoint:
@@ -142,8 +180,9 @@ def check_state(
     if missing:
         raise ResumeError(f"resume state is missing {', '.join(missing)}; pass a dict from state_dict()")
     for key in (k for k in required if k != "shuffle"):
-        if not isinstance(state[key], int) or isinstance(state[key], bool):
-            raise ResumeError(f"resume state field {key!r} must be an integer, got {state[key]!r}")
+        _integer(state, key, -(2**63))
+    if not isinstance(state["shuffle"], bool):
+        raise ResumeError(f"resume state field 'shuffle' must be true or false, got {state['shuffle']!r}")
     if state["imgpack_state"] != STATE_VERSION:
         raise ResumeError(f"resume state version {state['imgpack_state']} is not {STATE_VERSION}")
     mine = order_identity(order)
@@ -154,15 +193,15 @@ def check_state(
                 "(the order of an epoch depends on it)"
             )
     for key, value in (identity or {}).items():
-        if state.get(key) != value:
+        if state.get(key) != value or type(state.get(key)) is not type(value):
             raise ResumeError(
                 f"cannot resume: the state has {key}={state.get(key)!r} but this stream has {value!r}"
             )
-    epoch, position, offset = state["epoch"], state["position"], state["offset"]
-    if epoch < 0:
-        raise ResumeError(f"resume state field 'epoch' must be >= 0, got {epoch}")
-    if not 0 <= position <= order.num_samples:
-        raise ResumeError(f"resume state field 'position'={position} is outside 0..{order.num_samples}")
+    epoch = _integer(state, "epoch", 0, MAX_EPOCH)
+    position = _integer(state, "position", 0, order.num_samples)
+    world_size = _integer(state, "world_size", 1)
+    _integer(state, "rank", 0, world_size - 1)
+    _integer(state, "unit", 1)
     progress = None
     if any(key in state for key in WORKER_FIELDS):
         if not in_worker:
@@ -170,7 +209,8 @@ def check_state(
                 "this is one DataLoader worker's state (it has 'worker'); load the loader's state with "
                 "loader.load_state_dict (StatefulDataLoader) instead"
             )
-        progress = tuple(int(state[key]) for key in WORKER_FIELDS)
+        progress = True
+    offset = state["offset"]
     if offset or progress is not None:
         for key in PLACEMENT_FIELDS:
             if state[key] != mine[key]:
@@ -178,8 +218,49 @@ def check_state(
                     f"cannot resume mid-chunk: the state has {key}={state[key]} but this run has "
                     f"{mine[key]}; resume with the same {key}, or from a state taken at a batch boundary"
                 )
-    if not 0 <= offset < order.unit:
-        raise ResumeError(f"resume state field 'offset'={offset} is outside 0..{order.unit - 1}")
-    if progress is not None and progress[2] < 0:
-        raise ResumeError(f"resume state field 'worker_samples'={progress[2]} must be >= 0")
-    return ResumePoint(epoch, position, offset, progress)  # type: ignore[arg-type]
+    offset = _integer(state, "offset", 0, order.unit - 1)
+    worker_progress = _worker_progress(state, order, position, offset) if progress else None
+    return ResumePoint(epoch, position, offset, worker_progress)
+
+
+def loader_workers(num_workers: Any) -> int | None:
+    """The loader state's own ``num_workers`` (None: not saved), checked."""
+    if num_workers is None:
+        return None
+    return _integer({"num_workers": num_workers}, "num_workers", 0, where=" (the loader's)")
+
+
+def check_worker_states(
+    state: dict[str, Any], workers: int, epoch: int, order: OrderSpec, identity: dict[str, Any]
+) -> None:
+    """Check the DataLoader workers' own states in a ``StatefulDataLoader`` state (as each
+    worker will load them), against the loader's ``num_workers`` and ``epoch``."""
+    snapshots = state.get("_snapshot", {}).get("_worker_snapshots") or {}
+    if not isinstance(snapshots, dict):
+        raise ResumeError("resume state's '_worker_snapshots' is not a mapping; pass loader.state_dict()")
+    for name, snapshot in snapshots.items():
+        dataset_state = snapshot.get("dataset_state") if isinstance(snapshot, dict) else None
+        if dataset_state is None:
+            continue
+        where = f" of {name}"
+        try:
+            point = check_state(dataset_state, order, True, identity)
+        except ResumeError as exc:
+            raise ResumeError(f"{name}: {exc}") from None
+        if point.epoch != epoch:
+            raise ResumeError(
+                f"resume state{where} field 'epoch'={point.epoch} disagrees with the loader's epoch "
+                f"{epoch}; pass the loader.state_dict() saved in one piece"
+            )
+        if point.worker_progress is not None:
+            worker, saved_workers, _ = point.worker_progress
+            if saved_workers != workers:
+                raise ResumeError(
+                    f"resume state{where} field 'num_workers'={saved_workers} disagrees with the "
+                    f"loader's num_workers {workers}; pass the loader.state_dict() saved in one piece"
+                )
+            if name != f"worker_{worker}":
+                raise ResumeError(
+                    f"resume state{where} field 'worker'={worker} is not that of {name}; "
+                    "pass the loader.state_dict() saved in one piece"
+                )

@@ -105,8 +105,11 @@ class RollingPartWriter(PartWriter):
 
     def abort(self) -> None:
         if self.fh is not None:
-            self.fh.close()
-            self.fh = None
+            fh, self.fh = self.fh, None
+            try:
+                fh.close()  # flushing the buffered rest fails again on a full disk; the file goes anyway
+            except OSError:
+                pass
         for path in self.files:
             path.unlink(missing_ok=True)
             index_path(path).unlink(missing_ok=True)

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from readers.errors import ManifestError
-from readers.formats.base import FormatReader
+from readers.formats.base import FormatReader, dir_identity
 from readers.formats.format import Format
 from readers.formats.registry import (
     format_named,
@@ -23,6 +23,7 @@ from readers.formats.registry import (
     unregister_format,
 )
 from readers.manifest import Manifest, read_manifest
+from readers.remote import is_url
 
 
 def reader_class(format_name: str) -> type[FormatReader]:
@@ -39,6 +40,7 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     every reader takes ``storage_options``, ``cache_dir`` and ``cache_size`` for remote datasets
     (see readers.remote_parts), some take more (tfrecord: ``check_crc``).
     """
+    identity = None if is_url(path) else dir_identity(path)  # before the manifest is read
     manifest: Manifest = read_manifest(path, options.get("storage_options"))
     cls = reader_class(manifest.format)
     fmt = format_named(manifest.format)
@@ -55,6 +57,8 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     if verify:
         manifest.check_seal()
     reader = cls(path, manifest, verify=verify, **options)
+    if identity is not None:
+        reader.pin_directory(identity)
     if not reader.remote:  # remote parts are checked as they are downloaded, on first use
         reader.check_parts()
     return reader

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from readers.checksums import check_against_manifest, file_sha256, sha256_of
-from readers.errors import ManifestError
+from readers.errors import DatasetReplacedError, ImgpackError, ManifestError
 from readers.manifest import Manifest
 from readers.paths import inside
 from readers.record import Record
@@ -56,6 +56,14 @@ def open_shard_file(
         raise
 
 
+def dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class FormatReader:
     name: ClassVar[str] = ""
     # Formats where a lookup costs about what a sequential step costs (LMDB) set this to 1.
@@ -84,6 +92,9 @@ class FormatReader:
         self._handles: dict[Any, Any] = {}
         self._pid = os.getpid()
         self._sha_checked: set[tuple] = set()
+        # The directory this reader opened: `pack --force` swaps a new one in under the same path,
+        # and a part opened after that must never be paired with this manifest (see handle()).
+        self._identity = None if self.remote else dir_identity(self.root)
 
     def check_parts(self) -> None:
         """Check, cheaply and before any read, that each part holds what the manifest says.
@@ -232,8 +243,41 @@ class FormatReader:
             self._pid = os.getpid()
         handle = self._handles.get(key)
         if handle is None:
-            handle = self._handles[key] = self._open(key)
+            handle = self._handles[key] = self._open_unreplaced(key)
         return handle
+
+    def _open_unreplaced(self, key: Any) -> Any:
+        """``_open(key)``, refused if the dataset directory is no longer the one this reader opened.
+
+        Checked after the open: a part opened before a swap holds the old samples, one opened
+        after it is caught here; either way no new file is read with the old manifest."""
+        try:
+            handle = self._open(key)
+        except (ImgpackError, OSError) as exc:  # a part gone or changed, as a replaced dataset's are
+            self.check_not_replaced(exc)
+            raise
+        try:
+            self.check_not_replaced()
+        except DatasetReplacedError:
+            self._close_handle(handle)
+            raise
+        return handle
+
+    def pin_directory(self, identity: tuple[int, int] | None) -> None:
+        """Take ``identity`` (of the directory before its manifest was read) as the dataset's: a
+        swap between reading the manifest and opening this reader is refused now, not later."""
+        self._identity = identity
+        self.check_not_replaced()
+
+    def check_not_replaced(self, cause: BaseException | None = None) -> None:
+        """Raise ``DatasetReplacedError`` if the dataset directory was replaced since the open."""
+        if self._identity is None or dir_identity(self.root) == self._identity:
+            return
+        raise DatasetReplacedError(
+            f"{self.root}: the dataset was replaced (by `pack --force`, or removed) after this reader "
+            "opened it; the parts it had open still give the old samples, the others are gone: "
+            "open the dataset again (open_dataset / open_iterable) to read the new one"
+        ) from cause
 
     def check_index(self, index: int) -> int:
         index = int(index)

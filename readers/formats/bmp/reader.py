@@ -180,7 +180,8 @@ class BmpReader(FormatReader):
                 fd = idx.open(index, where)
                 with open(fd, "rb", buffering=0) as fh:
                     data = fh.readall()
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            self.check_not_replaced(exc)  # the old files are deleted after a swap: say so
             raise ManifestError(
                 f"{where}: file of the BMP cache is missing (re-packed with --force while open? open "
                 "the dataset again); otherwise re-pack"

@@ -44,12 +44,18 @@ def _field(number: int, payload: bytes) -> bytes:
     return varint(number << 3 | LEN) + varint(len(payload)) + payload
 
 
+def _text_bytes(text: str) -> bytes:
+    # A file name that is not UTF-8 reaches us with its bytes escaped as surrogates (as Python's
+    # os functions decode it): store those original bytes, as tar and lmdb keep the name.
+    return text.encode("utf-8", "surrogateescape")
+
+
 def encode_feature(value: FeatureValue) -> bytes:
     """A ``Feature``: bytes/str -> bytes_list, int -> int64_list, float -> float_list; lists too."""
     values: list[object] = list(value) if isinstance(value, (list, tuple)) else [value]
     texts = [v for v in values if isinstance(v, (bytes, bytearray, memoryview, str))]
     if len(texts) == len(values):
-        items = b"".join(_field(1, v.encode("utf-8") if isinstance(v, str) else bytes(v)) for v in texts)
+        items = b"".join(_field(1, _text_bytes(v) if isinstance(v, str) else bytes(v)) for v in texts)
         return _field(1, items)
     ints = [v for v in values if isinstance(v, int)]
     if len(ints) == len(values):

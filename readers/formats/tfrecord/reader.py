@@ -33,12 +33,17 @@ from typing import IO, Any
 
 import numpy as np
 
+try:
+    import simplejpeg
+except ImportError:  # pragma: no cover - a hard dependency; decode.py guards it the same way
+    simplejpeg = None
+
 from readers.checksums import masked_crc
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.manifest import Manifest, Shard
-from readers.record import Record
+from readers.record import Buffer, Record
 
 LENGTH = struct.Struct("<QI")  # length, masked crc of the length
 FOOTER = struct.Struct("<I")  # masked crc of the data
@@ -117,6 +122,33 @@ def unframe(view: memoryview, check_data: bool = True) -> memoryview:
     return data
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def image_size(data: Buffer) -> tuple[int, int] | None:
+    """(height, width) from a JPEG's or PNG's own header (None: not one of them, or unreadable)."""
+    head = bytes(data[:24])
+    if head.startswith(PNG_SIGNATURE) and head[12:16] == b"IHDR":
+        width, height = struct.unpack(">II", head[16:24])
+        return height, width
+    if head.startswith(b"\xff\xd8\xff") and simplejpeg is not None:
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        except ValueError:
+            return None  # the decode that follows names the damage
+        return height, width
+    return None
+
+
+def _sized_by_image(record: Record) -> Record:
+    # The height/width features are claims (a foreign or edited record may get them wrong); the
+    # batch path places crops with them before decoding, so the image's own header decides.
+    size = image_size(record.data) if record.encoding != "raw" else None
+    if size is None or size == (record.height, record.width):
+        return record
+    return record._replace(height=size[0], width=size[1])
+
+
 def example_record(data: memoryview, encoding: str) -> Record:
     """The Record of one ``Example``: from its two leading features when they are imgpack's
     (``imgpack/meta`` then ``image/encoded``), else by name from the whole message."""
@@ -124,9 +156,11 @@ def example_record(data: memoryview, encoding: str) -> Record:
         lead = leading_entries(data, 2)
         if len(lead) == 2 and lead[0][0] == META_FEATURE and lead[1][0] == b"image/encoded":
             label, height, width, channels = decode_feature(lead[0][1])
-            return Record(decode_feature(lead[1][1])[0], label, height, width, channels, encoding)
+            return _sized_by_image(
+                Record(decode_feature(lead[1][1])[0], label, height, width, channels, encoding)
+            )
         features = decode_example(data, RECORD_FEATURES)
-        return Record(
+        record = Record(
             features["image/encoded"][0],
             features["image/class/label"][0],
             features["image/height"][0],
@@ -136,6 +170,7 @@ def example_record(data: memoryview, encoding: str) -> Record:
         )
     except (ExampleError, KeyError, IndexError, ValueError) as exc:
         raise ManifestError(f"not an imgpack tf.train.Example ({exc!r} missing or malformed)") from None
+    return _sized_by_image(record)
 
 
 class _OpenShard:
