@@ -52,6 +52,7 @@ from readers.geometry import (
     Window,
     as_pair,
     centre_window,
+    crop_fits,
     flip_probability,
     resized_size,
     scaled_window,
@@ -89,16 +90,8 @@ class BatchAssembler:
         flip: bool | float | None = None,
         seed: int = 0,
     ):
-        if layout not in ("CHW", "HWC"):
-            raise ValueError(f"layout={layout!r}; use 'CHW' or 'HWC'")
-        if decode_threads < 0:
-            raise ValueError(f"decode_threads={decode_threads} must be 0 (decode in the worker) or more")
+        # The options were checked by readers.spec.ReadSpec (the one place that checks them).
         random_crop = crop if isinstance(crop, RandomResizedCrop) else None
-        if random_crop is not None and resize is not None:
-            raise ValueError(
-                "resize= resizes before a centre crop; RandomResizedCrop resizes its window to its own "
-                "size, so drop resize="
-            )
         self.layout = layout
         self.crop = None if crop is None or isinstance(crop, RandomResizedCrop) else as_pair(crop, "crop")
         self.resize = (
@@ -136,14 +129,10 @@ class BatchAssembler:
         resized = resized_size(height, width, self.resize)
         if self.crop is None:
             return Geometry(resized, 0, 0, resized)
-        ch, cw = self.crop
-        if ch > resized[0] or cw > resized[1]:
-            raise ImgpackError(
-                f"crop {ch}x{cw} is larger than an image of {resized[0]}x{resized[1]} (stored "
-                f"{height}x{width}); pass resize= to resize first, or a smaller crop"
-            )
+        what = f"an image of {resized[0]}x{resized[1]} (stored {height}x{width})"
+        crop_fits("a batch", self.crop, resized, what)
         top, left, _, _ = centre_window(*resized, self.crop)
-        return Geometry(resized, top, left, (ch, cw))
+        return Geometry(resized, top, left, self.crop)
 
     # -- assembly -----------------------------------------------------------------------------
     def output_shape(self, records: Sequence[Record]) -> tuple[int, int, int]:
