@@ -63,17 +63,19 @@ class RecordStream(EpochStream):
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
         assert self._pass is not None  # set by the iteration running this
         epoch = self._pass.epoch
-        chunks = [self._chunk(positions, a, b) for a, b in spans]
+        chunks = [self._chunk(epoch, positions, a, b) for a, b in spans]
         wanted = np.concatenate([c for c, _ in chunks])
         records = self._read(epoch, wanted)
         emitted = self._emit_records(records, chunks, epoch)
         yield from naming_decode_errors(emitted, self, wanted, records)
 
-    def _chunk(self, positions: np.ndarray, a: int, b: int) -> tuple[np.ndarray, int]:
+    def _chunk(self, epoch: int, positions: np.ndarray, a: int, b: int) -> tuple[np.ndarray, int]:
         """(positions to read, how many of them count as read) for span [a, b): with ``pad_last``
-        a short last batch is filled by wrapping around this rank's order (not counted twice)."""
+        a short last batch is filled by wrapping around this rank's order of the epoch (from its
+        start, so a resumed pass pads like an uninterrupted one); the padding is not counted."""
         if self.spec.pad_last and self.batch_size is not None and b - a < self.batch_size:
-            return positions[np.arange(a, a + self.batch_size) % len(positions)], b - a
+            wrap = np.resize(self.order.epoch_order(epoch), self.batch_size - (b - a))
+            return np.concatenate([positions[a:b], wrap]), b - a
         return positions[a:b], b - a
 
     def _emit_records(

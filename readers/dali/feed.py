@@ -111,8 +111,10 @@ class BatchFeed:
             wanted = self.batches_in(epoch) * self.batch_size
             if self.last_batch == "drop":
                 idx = idx[:wanted]
-            elif self.last_batch == "pad" and len(idx):
-                idx = np.resize(idx, wanted)  # wraps around this rank's order
+            elif self.last_batch == "pad" and len(idx) < wanted:
+                # Wraps around this rank's order of the epoch from its start (a resumed epoch pads
+                # like an uninterrupted one), as readers.record_stream does.
+                idx = np.concatenate([idx, np.resize(self.order.epoch_order(epoch), wanted - len(idx))])
             self._positions = (epoch, idx)
         return self._positions[1]
 
