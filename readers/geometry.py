@@ -62,13 +62,15 @@ def round_size(x: float) -> int:
     return max(1, round(x))
 
 
-def resized_size(height: int, width: int, size: int | Pair | None) -> Pair:
-    """(height, width) after ``size``: None keeps it, an int scales the shorter side, a pair is exact."""
+def resized_size(height: int, width: int, size: int | Pair | None, *, longer: bool = False) -> Pair:
+    """(height, width) after ``size``: None keeps it, an int scales the shorter side (the longer
+    one with ``longer``, the packer's ``--resize-mode longer``) to it, a pair is exact. The one
+    size rule of the packer and every reader."""
     if size is None:
         return height, width
     if not isinstance(size, int):
         return size
-    if height <= width:
+    if (height <= width) != longer:
         return size, round_size(width * size / height)
     return round_size(height * size / width), size
 

@@ -53,8 +53,14 @@ class PackedIterable(RecordStream):
         spec.check_stored(str(path), self.reader.manifest.stored_sizes)
         rank, world_size = resolve_rank(spec.rank, spec.world_size)
         order = OrderSpec(
-            len(self.reader), spec.shuffle, spec.seed, spec.block_size, spec.buffer_size, rank,
-            world_size, spec.drop_last,
+            len(self.reader),
+            spec.shuffle,
+            spec.seed,
+            spec.block_size,
+            spec.buffer_size,
+            rank,
+            world_size,
+            spec.drop_last,
         )
         self.setup(spec, order)
 

@@ -86,7 +86,9 @@ class MixedIterable(RecordStream):
             weights = [1.0] * len(paths)
         weights = [float(w) for w in weights]
         if len(weights) != len(paths):
-            raise OptionError(f"{len(weights)} weights for {len(paths)} datasets; give one weight per dataset")
+            raise OptionError(
+                f"{len(weights)} weights for {len(paths)} datasets; give one weight per dataset"
+            )
         if not all(np.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
             raise OptionError(f"weights {weights} must be finite, >= 0 and not all 0")
         if labels not in ("offset", "shared"):
@@ -108,7 +110,9 @@ class MixedIterable(RecordStream):
         class_lists = [list(r.manifest.classes) for r in self.readers]
         if labels == "shared":
             if any(c != class_lists[0] for c in class_lists):
-                raise OptionError("labels='shared' needs datasets with identical classes; use labels='offset'")
+                raise OptionError(
+                    "labels='shared' needs datasets with identical classes; use labels='offset'"
+                )
             self.offsets = [0] * len(paths)
             self.classes = class_lists[0]
         else:
@@ -121,8 +125,14 @@ class MixedIterable(RecordStream):
         self.buffer_size = spec.buffer_size
         # The mixed sequence is already shuffled (epoch_sequence): the order only deals it out.
         order = OrderSpec(
-            self.epoch_size, False, self.seed, spec.block_size, spec.buffer_size, self.rank,
-            self.world_size, spec.drop_last,
+            self.epoch_size,
+            False,
+            self.seed,
+            spec.block_size,
+            spec.buffer_size,
+            self.rank,
+            self.world_size,
+            spec.drop_last,
         )
         self.setup(spec, order)
         self._sequence: tuple[int, np.ndarray, np.ndarray] | None = None

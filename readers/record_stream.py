@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from readers.batch import BatchAssembler
-from readers.errors import OptionError
 from readers.decode import decode_record, naming_decode_errors, to_output
+from readers.errors import OptionError
 from readers.order import OrderSpec
 from readers.record import Record
 from readers.spec import ReadSpec
@@ -43,8 +43,14 @@ class RecordStream(EpochStream):
         self.batch_transform = spec.batch_transform
         self.layout = spec.layout
         self.assembler = BatchAssembler(
-            spec.layout, spec.crop, spec.resize, spec.decode_threads, spec.fast_dct, spec.dct_scaling,
-            spec.flip, spec.seed,
+            spec.layout,
+            spec.crop,
+            spec.resize,
+            spec.decode_threads,
+            spec.fast_dct,
+            spec.dct_scaling,
+            spec.flip,
+            spec.seed,
         )
         self.order = order
         self.set_loader_batch_size(spec.loader_batch_size)

@@ -77,7 +77,9 @@ class ReadSpec:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise OptionError(f"{name} must be a positive integer, got {value!r}")
         if self.decode_threads < 0:
-            raise OptionError(f"decode_threads={self.decode_threads} must be 0 (decode in the worker) or more")
+            raise OptionError(
+                f"decode_threads={self.decode_threads} must be 0 (decode in the worker) or more"
+            )
         if self.crop is not None and not isinstance(self.crop, RandomResizedCrop):
             set_(self, "crop", _size(self.crop, "crop"))
         if self.resize is not None:
@@ -94,7 +96,11 @@ class ReadSpec:
             )
         self._check_mode()
         # One dict for the format reader: reader_options plus the remote options given directly.
-        remote = {"storage_options": self.storage_options, "cache_dir": self.cache_dir, "cache_size": self.cache_size}
+        remote = {
+            "storage_options": self.storage_options,
+            "cache_dir": self.cache_dir,
+            "cache_size": self.cache_size,
+        }
         try:
             merged = merge_remote_options(self.reader_options, **remote)
         except ValueError as exc:
@@ -150,9 +156,7 @@ class ReadSpec:
                 raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
             paths = fields[name].metadata["paths"]
             if where not in paths:
-                raise OptionError(
-                    f"{name}= applies to {' and '.join(paths)}, not to {where}: leave it out"
-                )
+                raise OptionError(f"{name}= applies to {' and '.join(paths)}, not to {where}: leave it out")
         return cls(**options)
 
     # -- what follows from it ---------------------------------------------------------------
@@ -187,7 +191,10 @@ class ReadSpec:
         if self.crop is None or isinstance(self.crop, RandomResizedCrop):
             return
         if self.resize is None:
-            fits, what = low, f"the smallest stored image ({low[0]} px high, {low[1]} px wide, see `pack info`)"
+            fits, what = (
+                low,
+                f"the smallest stored image ({low[0]} px high, {low[1]} px wide, see `pack info`)",
+            )
         elif isinstance(self.resize, int):
             fits, what = (self.resize, self.resize), f"resize={self.resize} (the shorter side after resizing)"
         else:

@@ -310,7 +310,8 @@ def test_odd_margin_centre_crop_pixels_identical_on_every_path(packed):
     it = open_iterable(path, batch_size=8, seed=1, crop=(37, 41), flip=0.5, drop_last=True)
     want = cat(loader_batches(it))[0]
     for device in ("cpu", "dataloader"):
-        loader = dali_loader(path, batch_size=8, seed=1, crop=(37, 41), flip=0.5, device=device, drop_last=True)
+        options = dict(seed=1, crop=(37, 41), flip=0.5, device=device, drop_last=True)
+        loader = dali_loader(path, batch_size=8, **options)
         got = cat([(x.cpu(), y.cpu()) for x, y in loader])[0]
         assert torch.equal(got, want), device
     # The packer crops with the same rule.

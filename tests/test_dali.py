@@ -111,7 +111,8 @@ def test_ranks_are_disjoint_and_cover_everything(packed, device):
     ids = identities(path)
     per_rank = [
         sample_ids(
-            dali_loader(path, batch_size=5, device=device, rank=r, world_size=2, pad_last=False, num_workers=2),
+            dali_loader(path, batch_size=5, device=device, rank=r, world_size=2, pad_last=False,
+                        num_workers=2),
             ids,
         )
         for r in range(2)
@@ -146,7 +147,8 @@ def test_last_batch_policies(packed, device):
     sizes, orders = {}, {}
     policies = {"pad": {}, "drop": {"drop_last": True}, "partial": {"pad_last": False}}
     for policy, options in policies.items():
-        loader = dali_loader(path, batch_size=4, device=device, rank=1, world_size=3, num_workers=0, **options)
+        loader = dali_loader(path, batch_size=4, device=device, rank=1, world_size=3, num_workers=0,
+                             **options)
         got = [len(y) for _, y in batches(loader)]
         assert len(got) == len(loader)
         sizes[policy], orders[policy] = got, sample_ids(loader, ids)

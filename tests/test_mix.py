@@ -101,7 +101,8 @@ def test_order_is_a_function_of_seed_and_epoch_for_any_workers(paths):
 def test_ranks_split_the_global_sequence(paths, drop_last):
     single = mix(paths, weights=[3, 2, 1], seed=5, epoch_size=101, decode="bytes")
     whole = collect(single)
-    parts = [collect(mix(paths, weights=[3, 2, 1], seed=5, epoch_size=101, decode="bytes", rank=r, world_size=3,
+    parts = [collect(mix(paths, weights=[3, 2, 1], seed=5, epoch_size=101, decode="bytes", rank=r,
+                         world_size=3,
                          drop_last=drop_last)) for r in range(3)]  # fmt: skip
     assert len({len(p) for p in parts}) == 1
     joined = [p[k] for k in range(len(parts[0])) for p in parts]  # ranks are dealt in turn

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+from functools import partial
 
 import numpy as np
 import pytest
@@ -50,8 +51,17 @@ def assert_equal_batches(a, b):
 
 # -- mix gets every reading knob of open_iterable ----------------------------------------------
 def test_mix_takes_flip_shuffle_verify_and_the_other_knobs(paths):
-    m = mix(paths, batch_size=16, crop=24, flip=True, shuffle=False, verify=True, fast_dct=True,
-            decode_threads=2, seed=1)
+    m = mix(
+        paths,
+        batch_size=16,
+        crop=24,
+        flip=True,
+        shuffle=False,
+        verify=True,
+        fast_dct=True,
+        decode_threads=2,
+        seed=1,
+    )
     images, labels = next(iter(DataLoader(m, batch_size=None)))
     assert images.shape == (16, 3, 24, 24) and labels.shape == (16,)
     assert all(r.verify for r in m.readers)
@@ -127,11 +137,15 @@ def test_the_same_mistake_is_the_same_error_on_every_path(paths):
         dict(batch_size=4, crop=(0, 3)),
     ]
     for kwargs in mistakes:
-        messages = {name: refusal(lambda: call(**kwargs)) for name, call in entry.items()}
+        messages = {name: refusal(partial(call, **kwargs)) for name, call in entry.items()}
         assert len(set(messages.values())) == 1, messages
-    assert "larger than the smallest stored image" in refusal(lambda: open_iterable(path, batch_size=4, crop=40))
+    assert "larger than the smallest stored image" in refusal(
+        lambda: open_iterable(path, batch_size=4, crop=40)
+    )
     for kind in ("png", "jpeg"):  # an unknown decode kind, on both iterables and the map dataset
-        assert refusal(lambda: open_iterable(path, decode=kind)) == refusal(lambda: mix([path], decode=kind))
+        assert refusal(partial(open_iterable, path, decode=kind)) == refusal(
+            partial(mix, [path], decode=kind)
+        )
     # An option a path does not take is refused naming the paths that take it.
     assert "applies to open_iterable and mix, not to dali_loader" in refusal(
         lambda: dali_loader(path, batch_size=4, decode_threads=2)
@@ -165,7 +179,8 @@ def test_signatures_are_keyword_only(paths):
 
 def test_readme_table_lists_every_option_with_its_paths():
     readme = (REPO / "README.md").read_text()
-    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", readme, flags=re.M))
+    table_text = readme.split("| option | taken by | what it does |", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", table_text, flags=re.M))
     table = {f.name for f in dataclasses.fields(ReadSpec)}
     assert set(rows) == table
     for name, paths in entry_points().items():
@@ -196,7 +211,36 @@ def test_dali_fallback_is_bit_identical_to_open_iterable_with_augmentation_and_r
 
 
 def test_pad_last_fills_the_last_batch_on_open_iterable_and_mix(paths):
-    for stream in (open_iterable(paths[0], batch_size=8, pad_last=True), mix(paths[:1], batch_size=8, pad_last=True)):
+    for stream in (
+        open_iterable(paths[0], batch_size=8, pad_last=True),
+        mix(paths[:1], batch_size=8, pad_last=True),
+    ):
         sizes = [len(labels) for _, labels in DataLoader(stream, batch_size=None)]
         assert sizes == [8] * 6  # 44 samples, the last batch wrapped around
-    assert np.sum([len(y) for _, y in DataLoader(open_iterable(paths[0], batch_size=8), batch_size=None)]) == 44
+    assert (
+        np.sum([len(y) for _, y in DataLoader(open_iterable(paths[0], batch_size=8), batch_size=None)]) == 44
+    )
+
+
+# -- one geometry, one resampler for pack time and read time ------------------------------------
+def test_pack_resize_equals_read_resize_of_a_lossless_original(tmp_path):
+    from PIL import Image
+
+    from packer.engine import pack_folder
+    from packer.preprocess import PreprocessSpec
+    from tests.conftest import SAMPLE_DATA
+
+    source = tmp_path / "png-source"
+    for path in sorted(SAMPLE_DATA.rglob("*.jpg"))[:12]:
+        out = source / path.parent.name / (path.stem + ".png")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        Image.open(path).convert("RGB").save(out)
+    full, small = tmp_path / "full", tmp_path / "small"
+    pack_folder(source, full, "lmdb", PreprocessSpec(encode="png"), workers=1, options={})
+    pack_folder(source, small, "lmdb", PreprocessSpec(resize=37, encode="raw"), workers=1, options={})
+    read = list(open_iterable(full, shuffle=False, resize=37, decode="numpy"))
+    packed = list(open_iterable(small, shuffle=False, decode="numpy"))
+    assert len(read) == len(packed) == 12
+    for (a, ya), (b, yb) in zip(read, packed):
+        assert ya == yb and a.shape == b.shape and min(a.shape[:2]) == 37
+        assert np.array_equal(a, b)

@@ -196,7 +196,11 @@ def test_dali_loader_over_s3_through_the_shard_cache(remote, tmp_path, device):
     cache = tmp_path / "cache"
     kwargs = dict(seed=4, block_size=10, crop=24, device=device, num_workers=2)
     got = dali_loader(
-        url, batch_size=8, reader_options={"storage_options": options, "cache_dir": str(cache)}, verify=True, **kwargs
+        url,
+        batch_size=8,
+        reader_options={"storage_options": options, "cache_dir": str(cache)},
+        verify=True,
+        **kwargs,
     )
     want = [(x.numpy(), y.numpy()) for x, y in dali_loader(local, batch_size=8, **kwargs)]
     batches = [(x.numpy(), y.numpy()) for x, y in got]

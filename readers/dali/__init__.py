@@ -12,4 +12,11 @@ Importing this package does not import DALI.
 from readers.dali.feed import PIXEL_ENCODINGS
 from readers.dali.loader import DaliLoader, DaliUnavailableError, FallbackLoader, dali_loader, select_path
 
-__all__ = ["PIXEL_ENCODINGS", "DaliLoader", "DaliUnavailableError", "FallbackLoader", "dali_loader", "select_path"]
+__all__ = [
+    "PIXEL_ENCODINGS",
+    "DaliLoader",
+    "DaliUnavailableError",
+    "FallbackLoader",
+    "dali_loader",
+    "select_path",
+]

@@ -61,8 +61,8 @@ from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
 from readers.errors import ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.order import OrderSpec, resolve_rank
-from readers.spec import ReadSpec
 from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
+from readers.spec import ReadSpec
 
 logger = logging.getLogger("imgpack.dali")
 DEVICES = ("auto", "gpu", "cpu", "dataloader")
@@ -294,13 +294,22 @@ def dali_loader(
     cpus = os.cpu_count() or 1
     if chosen == "dataloader":
         workers = min(4, cpus) if num_workers is None else num_workers
-        return FallbackLoader.open(path, spec, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available())
+        return FallbackLoader.open(
+            path, spec, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available()
+        )
     rank, world_size = resolve_rank(spec.rank, spec.world_size)
     assert spec.batch_size is not None
     last_batch = "drop" if spec.drop_last else ("pad" if spec.pad_last else "partial")
     order = OrderSpec(
-        len(reader), spec.shuffle, spec.seed, spec.block_size, spec.buffer_size, rank, world_size,
-        spec.drop_last, spec.batch_size,
+        len(reader),
+        spec.shuffle,
+        spec.seed,
+        spec.block_size,
+        spec.buffer_size,
+        rank,
+        world_size,
+        spec.drop_last,
+        spec.batch_size,
     )
     feed = BatchFeed(
         path,
@@ -329,4 +338,11 @@ def dali_loader(
     )
 
 
-__all__ = ["DaliLoader", "DaliUnavailableError", "FallbackLoader", "PIXEL_ENCODINGS", "dali_loader", "select_path"]
+__all__ = [
+    "DaliLoader",
+    "DaliUnavailableError",
+    "FallbackLoader",
+    "PIXEL_ENCODINGS",
+    "dali_loader",
+    "select_path",
+]
