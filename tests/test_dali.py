@@ -19,7 +19,7 @@ import readers.dali.loader as rd
 from readers import open_dataset
 from readers.dali import DaliUnavailableError, dali_loader, select_path
 from readers.dali.feed import BatchFeed
-from readers.errors import ImgpackError
+from readers.errors import OptionError
 from readers.formats import READERS, open_reader
 from readers.order import OrderSpec
 from tests.conftest import REPO, cli_env
@@ -70,8 +70,10 @@ def test_dali_cpu_matches_dataloader(packed, fmt, spec):
     a, b = batches(dali), batches(fallback)
     assert len(a) == len(dali) == len(fallback) == 6  # 44 samples, padded to 6 batches of 8
     assert a[0][0].shape == (8, 3, 38, 40) and a[0][0].dtype == torch.uint8
-    # Same resize (bilinear, antialiased) in DALI and torch: rounding differences only.
-    assert_same(a, b, mad=0.1)
+    # DALI's fn.resize (antialiased) against readers.resample (the CPU paths' one resampler,
+    # bilinear below a 2x shrink): measured 0.6-2.2 grey levels mean per batch here
+    # (scripts/compare_dali_resize.py and the README give the figures); a wrong window is 20+.
+    assert_same(a, b, mad=3.0)
     # The order is the order module's, padded by wrapping around this rank's order.
     reader = open_reader(path)
     order = OrderSpec(len(reader), True, 3, 64, 4096).epoch_order(2)
@@ -95,7 +97,7 @@ def test_grayscale_dataset(packed):
     a = batches(dali_loader(path, device="cpu", **kwargs))
     b = batches(dali_loader(path, device="dataloader", **kwargs))
     assert a[0][0].shape == (8, 1, 24, 32)
-    assert_same(a, b, mad=0.01)
+    assert_same(a, b, mad=0.05)  # std units: 3.2 grey levels, the resamplers' difference (see above)
 
 
 def test_parallel_external_source_matches_serial(packed):
@@ -216,10 +218,9 @@ def test_falls_back_when_dali_is_not_importable(packed):
 
 def test_clear_errors(packed):
     path = packed("lmdb", **DEFAULT_SPECS[0])
-    with pytest.raises(ImgpackError, match="smaller than crop=100"):
-        batches(dali_loader(path, batch_size=8, device="cpu", crop=100))
-    with pytest.raises(ImgpackError, match="smaller than crop=100"):
-        batches(dali_loader(path, batch_size=8, device="dataloader", crop=100, num_workers=0))
+    for device in ("cpu", "dataloader"):  # refused when the loader is built, not mid-epoch
+        with pytest.raises(OptionError, match="crop=100 is larger than the smallest stored image"):
+            dali_loader(path, batch_size=8, device=device, crop=100)
     with pytest.raises(ValueError, match="mean and std together"):
         dali_loader(path, batch_size=8, mean=MEAN)
     with pytest.raises(ValueError, match="last_batch"):
@@ -229,8 +230,8 @@ def test_clear_errors(packed):
     with pytest.raises(ValueError, match="layout='NCHW'"):
         dali_loader(path, batch_size=8, layout="NCHW")
     varying = packed("lmdb", resize=48, encode="jpeg")  # shorter side 48: sizes differ
-    with pytest.raises(ImgpackError, match="different sizes"):
-        batches(dali_loader(varying, batch_size=8, device="dataloader", num_workers=0))
+    with pytest.raises(OptionError, match="a batch needs images of one size"):
+        dali_loader(varying, batch_size=8, device="dataloader", num_workers=0)
 
 
 @pytest.mark.gpu
