@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from readers import RandomResizedCrop
 from readers.dali import dali_loader
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "resize=96 crop=80 (shrink < 2x: bilinear)": dict(resize=96, crop=80),
     "resize=48 (shrink >= 2x: area)": dict(resize=48),
     "resize=(160, 160) (enlarge: bilinear)": dict(resize=(160, 160)),
@@ -33,11 +34,17 @@ CASES = {
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "raw"
-        pack_folder(REPO / "sample_data", path, "lmdb", PreprocessSpec(resize=128, crop=128, encode="raw"), workers=2)
+        spec = PreprocessSpec(resize=128, crop=128, encode="raw")
+        pack_folder(REPO / "sample_data", path, "lmdb", spec, workers=2)
         for name, options in CASES.items():
-            common = dict(batch_size=8, seed=1, num_workers=0, pad_last=False, **options)
-            dali = [x.numpy().astype(np.int16) for x, _ in dali_loader(path, device="cpu", **common)]
-            ours = [x.numpy().astype(np.int16) for x, _ in dali_loader(path, device="dataloader", **common)]
+            common: dict[str, Any] = dict(seed=1, num_workers=0, pad_last=False, **options)
+            dali = [
+                x.numpy().astype(np.int16) for x, _ in dali_loader(path, batch_size=8, device="cpu", **common)
+            ]
+            ours = [
+                x.numpy().astype(np.int16)
+                for x, _ in dali_loader(path, batch_size=8, device="dataloader", **common)
+            ]
             diff = np.abs(np.concatenate(dali) - np.concatenate(ours))
             print(f"{name}: mean {diff.mean():.2f}, max {diff.max()} grey levels ({len(diff)} images)")
 
