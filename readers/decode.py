@@ -103,7 +103,7 @@ DECODERS: dict[str, Callable[[Any, int], np.ndarray]] = {
 def check_decode_kind(kind: str) -> str:
     """``kind`` if it is one of ``OUTPUT_KINDS`` (the one place that says so), else ``OptionError``."""
     if kind not in OUTPUT_KINDS:
-        raise OptionError(f"decode={kind!r}; use one of {', '.join(OUTPUT_KINDS)}")
+        raise OptionError(f"decode={kind!r} is an unknown decode kind; use one of {', '.join(OUTPUT_KINDS)}")
     return kind
 
 

@@ -72,7 +72,7 @@ def test_dali_loader_opens_the_dataset_like_open_iterable(packed, tmp_path):
         dali_loader(path, batch_size=4, device="dataloader", reader_options={"cache_dir": str(tmp_path)})
     options = dict(device="dataloader", verify=True, layout="HWC", num_workers=0, shuffle=False)
     loader = dali_loader(path, batch_size=4, **options)
-    assert loader.stream.reader.verify
+    assert loader.reader.verify
     images, labels = next(iter(loader))
     expected = next(iter(open_iterable(path, shuffle=False, batch_size=4, layout="HWC", verify=True)))
     assert np.array_equal(images.numpy(), expected[0].numpy()) and torch.equal(labels, expected[1])

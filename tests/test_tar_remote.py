@@ -207,5 +207,5 @@ def test_dali_loader_over_s3_through_the_shard_cache(remote, tmp_path, device):
     assert len(batches) == len(want) == 6
     for (gx, gy), (wx, wy) in zip(batches, want):
         assert np.array_equal(gx, wx) and np.array_equal(gy, wy)
-    manifest = got.feed.reader.manifest
+    manifest = got.reader.manifest
     assert sorted(p.name for p in cache.glob("*.tar")) == sorted(f"{s.sha256}.tar" for s in manifest.shards)

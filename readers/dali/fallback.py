@@ -67,6 +67,11 @@ class FallbackLoader:
         return self._loader
 
     @property
+    def reader(self):
+        """The format reader of this process (``DaliLoader.reader`` too)."""
+        return self.stream.reader
+
+    @property
     def classes(self) -> list[str]:
         return self.stream.classes
 

@@ -192,6 +192,11 @@ class DaliLoader:
         self._taken = 0
 
     @property
+    def reader(self):
+        """The format reader of this process (``FallbackLoader.reader`` too)."""
+        return self.feed.reader
+
+    @property
     def classes(self) -> list[str]:
         return list(self.feed.reader.manifest.classes)
 
