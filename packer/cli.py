@@ -11,7 +11,14 @@ from typing import Any
 import click
 
 from packer.cli_options import storage_options_option
-from packer.preprocess import DEFAULT_MAX_PIXELS, ENCODINGS, RESAMPLE, RESIZE_MODES, PreprocessSpec
+from packer.preprocess import (
+    AUTO_RESAMPLE,
+    DEFAULT_MAX_PIXELS,
+    ENCODINGS,
+    RESAMPLERS,
+    RESIZE_MODES,
+    PreprocessSpec,
+)
 from readers.errors import ImgpackError
 from readers.formats.registry import format_names, formats_taking
 
@@ -131,7 +138,13 @@ def main(debug: bool) -> None:
     show_default=True,
     help="Allow --resize to enlarge images smaller than the target.",
 )
-@click.option("--resample", type=click.Choice(sorted(RESAMPLE)), default="bilinear", show_default=True)
+@click.option(
+    "--resample",
+    type=click.Choice(RESAMPLERS),
+    default=AUTO_RESAMPLE,
+    show_default=True,
+    help="auto: the readers' resampler (pack --resize N = read resize=N); or one of Pillow's filters.",
+)
 @click.option(
     "--max-pixels",
     type=click.IntRange(min=1),

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from readers import resample
 from readers.errors import OptionError
-from readers.geometry import centre_window, round_size
+from readers.geometry import centre_window, resized_size, round_size
 
 try:
     import simplejpeg
@@ -27,12 +28,16 @@ except ImportError:  # pragma: no cover
 
 ENCODINGS = ("jpeg", "png", "raw", "bmp", "original")
 RESIZE_MODES = ("shorter", "longer", "exact")
+# "auto": the readers' resampler (readers.resample), so ``--resize N`` at pack time and
+# ``resize=N`` at read time of a lossless original give the same pixels; the others are Pillow's.
+AUTO_RESAMPLE = "auto"
 RESAMPLE = {
     "nearest": Image.Resampling.NEAREST,
     "bilinear": Image.Resampling.BILINEAR,
     "bicubic": Image.Resampling.BICUBIC,
     "lanczos": Image.Resampling.LANCZOS,
 }
+RESAMPLERS = (AUTO_RESAMPLE, *RESAMPLE)
 # Pillow's own default limit; images above it are refused as possible decompression bombs.
 DEFAULT_MAX_PIXELS = 89_478_485
 ORIENTATION_SWAPS_AXES = {5, 6, 7, 8}
@@ -61,7 +66,7 @@ class PreprocessSpec:
     quality: int = 90
     mode: str = "RGB"
     upscale: bool = False
-    resample: str = "bilinear"
+    resample: str = AUTO_RESAMPLE
     max_pixels: int = DEFAULT_MAX_PIXELS
 
     def __post_init__(self) -> None:
@@ -71,8 +76,8 @@ class PreprocessSpec:
             raise OptionError(f"resize_mode={self.resize_mode!r}; use one of {', '.join(RESIZE_MODES)}")
         if self.mode not in ("RGB", "L"):
             raise OptionError(f"mode={self.mode!r}; use RGB or L")
-        if self.resample not in RESAMPLE:
-            raise OptionError(f"resample={self.resample!r}; use one of {', '.join(RESAMPLE)}")
+        if self.resample not in RESAMPLERS:
+            raise OptionError(f"resample={self.resample!r}; use one of {', '.join(RESAMPLERS)}")
         if not 1 <= self.quality <= 100:
             raise OptionError(f"quality={self.quality} must be between 1 and 100")
         for name in ("resize", "crop"):
@@ -125,27 +130,26 @@ class PackedSample:
     upscaled: bool = False  # enlarged on the way (only with --upscale, or --resize-mode exact)
 
 
-def resized_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
-    """(width, height) after ``--resize`` alone (never larger unless ``--upscale`` or exact)."""
-    if spec.resize:
-        n = spec.resize
-        if spec.resize_mode == "exact":
-            size = (n, n)
-        else:
-            ref = min(width, height) if spec.resize_mode == "shorter" else max(width, height)
-            scale = n / ref
-            size = (round_size(width * scale), round_size(height * scale))
-        if not spec.upscale and size[0] * size[1] > width * height and spec.resize_mode != "exact":
-            size = (width, height)
-        width, height = size
-    return width, height
+def resized_size_of(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
+    """(width, height) after ``--resize`` alone (never larger unless ``--upscale`` or exact): the
+    readers' size rule (``readers.geometry.resized_size``, (h, w) order) with the packer's modes."""
+    if not spec.resize:
+        return width, height
+    n = spec.resize
+    if spec.resize_mode == "exact":
+        return n, n
+    shorter = spec.resize_mode == "shorter"
+    h, w = resized_size(height, width, n, longer=not shorter)
+    if not spec.upscale and h * w > width * height:
+        return width, height
+    return w, h
 
 
 def target_size(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
     """(width, height) after the resize step (before the crop), enlarged to cover the crop when
     the image is smaller than it (the packer only gets there with ``--upscale``; it skips such
     images otherwise, see ``check_crop_fits``)."""
-    width, height = resized_size(width, height, spec)
+    width, height = resized_size_of(width, height, spec)
     if spec.crop and (width < spec.crop or height < spec.crop):
         # A crop demands a fixed size: scale a small image up just enough to cover it.
         scale = spec.crop / min(width, height)
@@ -157,12 +161,20 @@ def check_crop_fits(width: int, height: int, spec: PreprocessSpec) -> None:
     """Without ``--upscale`` nothing is enlarged, so an image smaller than the crop is skipped."""
     if not spec.crop or spec.upscale:
         return
-    width, height = resized_size(width, height, spec)
+    width, height = resized_size_of(width, height, spec)
     if width < spec.crop or height < spec.crop:
         raise SkipSample(
             f"smaller than --crop {spec.crop} and nothing is enlarged without --upscale; "
             "pass --upscale to enlarge such images, or a smaller --crop"
         )
+
+
+def resize_image(img: Image.Image, size: tuple[int, int], resample_name: str) -> Image.Image:
+    """``img`` resized to ``size`` (width, height): the readers' resampler for ``auto``."""
+    if resample_name != AUTO_RESAMPLE:
+        return img.resize(size, RESAMPLE[resample_name])
+    width, height = size
+    return Image.fromarray(resample.resize(np.asarray(img), (height, width)))
 
 
 def _to_8bit_mode(img: Image.Image, mode: str) -> Image.Image:
@@ -302,7 +314,7 @@ def preprocess_image(
         img = ImageOps.exif_transpose(img) if orientation != 1 else img
         img = _to_8bit_mode(img, spec.mode)
     if img.size != (out_w, out_h):
-        img = img.resize((out_w, out_h), RESAMPLE[spec.resample])
+        img = resize_image(img, (out_w, out_h), spec.resample)
     if spec.crop:
         img = _centre_crop(img, spec.crop)
     return img, original_size

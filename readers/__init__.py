@@ -18,6 +18,8 @@ _EXPORTS = {
     "open_iterable": "readers.iterable",
     "RandomResizedCrop": "readers.geometry",
     "PackedIterable": "readers.iterable",
+    "ReadSpec": "readers.spec",
+    "OptionError": "readers.errors",
     "seed_everything": "readers.seeding",
     "seed_worker": "readers.seeding",
     "make_generator": "readers.seeding",

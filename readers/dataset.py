@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, Sampler
 
-from readers.decode import OUTPUT_KINDS, decode_record
+from readers.decode import check_decode_kind, decode_record
 from readers.errors import DecodeError
 from readers.formats import FormatReader, open_reader
 from readers.order import OrderSpec, resolve_rank
@@ -59,8 +59,7 @@ class PackedDataset(Dataset):
         verify: bool = False,
         reader_options: dict[str, Any] | None = None,
     ):
-        if decode not in OUTPUT_KINDS:
-            raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
+        check_decode_kind(decode)
         if cache not in (None, "ram"):
             raise ValueError(f"cache={cache!r}; use None or 'ram'")
         self.path = path

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.errors import DecodeError, ImgpackError
+from readers.errors import DecodeError, ImgpackError, OptionError
 from readers.record import Record
 
 OUTPUT_KINDS = ("pil", "numpy", "tensor", "bytes")
@@ -100,6 +100,13 @@ DECODERS: dict[str, Callable[[Any, int], np.ndarray]] = {
 }
 
 
+def check_decode_kind(kind: str) -> str:
+    """``kind`` if it is one of ``OUTPUT_KINDS`` (the one place that says so), else ``OptionError``."""
+    if kind not in OUTPUT_KINDS:
+        raise OptionError(f"decode={kind!r} is an unknown decode kind; use one of {', '.join(OUTPUT_KINDS)}")
+    return kind
+
+
 def decode_array(record: Record) -> np.ndarray:
     """The record's image as an HWC uint8 array (RGB, or one channel for grayscale datasets).
 
@@ -156,13 +163,12 @@ def to_output(array: np.ndarray, kind: str) -> Any:
         from PIL import Image
 
         return Image.fromarray(array[:, :, 0] if array.shape[2] == 1 else array)
-    raise ValueError(f"unknown decode kind {kind!r}; use one of {', '.join(OUTPUT_KINDS)}")
+    check_decode_kind(kind)
+    raise AssertionError(kind)  # every kind is handled above
 
 
 def decode_record(record: Record, kind: str = "pil") -> Any:
     """Decode a record to ``kind``: pil, numpy (HWC uint8), tensor (CHW uint8) or bytes."""
     if kind == "bytes":
         return bytes(record.data)
-    if kind not in OUTPUT_KINDS:
-        raise ValueError(f"unknown decode kind {kind!r}; use one of {', '.join(OUTPUT_KINDS)}")
-    return to_output(decode_array(record), kind)
+    return to_output(decode_array(record), check_decode_kind(kind))

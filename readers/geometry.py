@@ -27,6 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from readers.errors import OptionError
+
 Pair = tuple[int, int]
 MASK64 = (1 << 64) - 1
 TRIES = 10  # torchvision's RandomResizedCrop tries 10 windows before the centre fallback
@@ -49,9 +51,9 @@ def as_pair(value: int | Sequence[int], name: str) -> Pair:
     elif isinstance(value, Sequence) and not isinstance(value, str):
         pair = tuple(int(v) for v in value)
     else:
-        raise ValueError(f"{name}={value!r}; use a positive int or (height, width)")
+        raise OptionError(f"{name}={value!r}; use a positive int or (height, width)")
     if len(pair) != 2 or min(pair) < 1:
-        raise ValueError(f"{name}={value!r}; use a positive int or (height, width)")
+        raise OptionError(f"{name}={value!r}; use a positive int or (height, width)")
     return pair  # type: ignore[return-value]
 
 
@@ -60,15 +62,28 @@ def round_size(x: float) -> int:
     return max(1, round(x))
 
 
-def resized_size(height: int, width: int, size: int | Pair | None) -> Pair:
-    """(height, width) after ``size``: None keeps it, an int scales the shorter side, a pair is exact."""
+def resized_size(height: int, width: int, size: int | Pair | None, *, longer: bool = False) -> Pair:
+    """(height, width) after ``size``: None keeps it, an int scales the shorter side (the longer
+    one with ``longer``, the packer's ``--resize-mode longer``) to it, a pair is exact. The one
+    size rule of the packer and every reader."""
     if size is None:
         return height, width
     if not isinstance(size, int):
         return size
-    if height <= width:
+    if (height <= width) != longer:
         return size, round_size(width * size / height)
     return round_size(height * size / width), size
+
+
+def crop_fits(where: str, crop: int | Pair, size: Pair, what: str) -> None:
+    """The one crop-fit check: ``OptionError`` naming the fix if ``crop`` exceeds ``size`` (h, w),
+    an image (or the smallest one a dataset stores) described by ``what``."""
+    ch, cw = as_pair(crop, "crop")
+    if ch > size[0] or cw > size[1]:
+        raise OptionError(
+            f"{where}: crop={crop!r} is larger than {what}; pass resize= to resize first "
+            f"(e.g. resize={max(ch, cw)}), or a crop of at most {size[0]}x{size[1]}"
+        )
 
 
 def centre_window(height: int, width: int, crop: Pair) -> Window:
@@ -103,10 +118,10 @@ class RandomResizedCrop:
         object.__setattr__(self, "size", as_pair(self.size, "size"))
         scale = _float_pair(self.scale, "scale")
         if not 0 < scale[0] <= scale[1] <= 1:
-            raise ValueError(f"scale={self.scale!r}; use (min, max) with 0 < min <= max <= 1")
+            raise OptionError(f"scale={self.scale!r}; use (min, max) with 0 < min <= max <= 1")
         ratio = _float_pair(self.ratio, "ratio")
         if not 0 < ratio[0] <= ratio[1]:
-            raise ValueError(f"ratio={self.ratio!r}; use (min, max) with 0 < min <= max")
+            raise OptionError(f"ratio={self.ratio!r}; use (min, max) with 0 < min <= max")
         object.__setattr__(self, "scale", scale)
         object.__setattr__(self, "ratio", ratio)
 
@@ -145,7 +160,7 @@ def _float_pair(value: Sequence[float], name: str) -> tuple[float, float]:
     try:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}={value!r}; use a (min, max) pair of numbers") from None
+        raise OptionError(f"{name}={value!r}; use a (min, max) pair of numbers") from None
     return lo, hi
 
 
@@ -158,9 +173,9 @@ def flip_probability(flip: bool | float | None) -> float:
     try:
         p = float(flip)
     except (TypeError, ValueError):
-        raise ValueError(f"flip={flip!r}; use True, False or a probability in [0, 1]") from None
+        raise OptionError(f"flip={flip!r}; use True, False or a probability in [0, 1]") from None
     if not 0 <= p <= 1:
-        raise ValueError(f"flip={flip!r}; use True, False or a probability in [0, 1]")
+        raise OptionError(f"flip={flip!r}; use True, False or a probability in [0, 1]")
     return p
 
 

@@ -1,30 +1,30 @@
-"""``open_iterable``: sequential, sharded, deterministic and resumable reading.
+"""``open_iterable``: sequential, sharded, deterministic and resumable reading of one dataset.
 
 Which samples a rank and a DataLoader worker read, and in what order, is decided in
-``readers.order``; this module only reads those records and decodes them.
+``readers.order``; what is done with the records (batches, geometry, resume) in
+``readers.record_stream``; the options are a ``readers.spec.ReadSpec``. This module only opens
+the dataset and reads the records the order asks for.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from readers.batch import BatchAssembler, Crop, Size
-from readers.batch_check import check_batch_sizes
-from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors, to_output
 from readers.formats import open_reader
-from readers.options import check_batch_options, renamed
 from readers.order import OrderSpec, resolve_rank
-from readers.remote_parts import merge_remote_options
-from readers.stream import EpochStream
-from readers.whole_batch import whole_batch
+from readers.record import Record
+from readers.record_stream import RecordStream
+from readers.spec import ReadSpec
 
 
-class PackedIterable(EpochStream):
+class PackedIterable(RecordStream):
     """Reads a packed dataset as a stream of samples, or of whole batches when ``batch_size`` is set.
+
+    Every option is keyword-only and is a field of ``readers.spec.ReadSpec`` (the README's table of
+    reading options); ``spec=`` passes a ready one instead.
 
     With ``batch_size`` the workers assemble batches and the DataLoader must run with
     ``batch_size=None``: ``DataLoader(it, batch_size=None, num_workers=N)``. Batches are
@@ -43,122 +43,38 @@ class PackedIterable(EpochStream):
     Resuming: see ``readers.resume`` for the state and its rules.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        shuffle: bool = True,
-        seed: int = 0,
-        batch_size: int | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
-        block_size: int = 64,
-        buffer_size: int = 4096,
-        decode: str = "tensor",
-        transform: Callable | None = None,
-        target_transform: Callable | None = None,
-        layout: str = "CHW",
-        verify: bool = False,
-        reader_options: dict[str, Any] | None = None,
-        crop: Crop = None,
-        resize: Size = None,
-        decode_threads: int = 0,
-        fast_dct: bool = False,
-        dct_scaling: bool = True,
-        flip: bool | float = False,
-        loader_batch_size: int | None = None,
-        batch_transform: Callable | None = None,
-        storage_options: dict[str, Any] | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        cache_size: int | None = None,
-        size: Size = None,
-    ):
-        resize = renamed("open_iterable", "size", size, "resize", resize)
-        remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_size": cache_size}
-        reader_options = merge_remote_options(reader_options, **remote)
-        if decode not in OUTPUT_KINDS:
-            raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
-        check_batch_options(
-            batch_size,
-            decode=decode,
-            transform=transform,
-            target_transform=target_transform,
-            batch_transform=batch_transform,
-            decode_threads=decode_threads,
-        )
-        if batch_size is not None and loader_batch_size is not None:
-            raise ValueError(
-                "loader_batch_size= is for the per-sample path; with batch_size= the DataLoader must "
-                "run with batch_size=None"
-            )
+    def __init__(self, path: str | os.PathLike, *, spec: ReadSpec | None = None, **options: Any):
+        if spec is None:
+            spec = ReadSpec.build("open_iterable", options)
+        elif options:
+            raise TypeError("pass either spec= or the reading options, not both")
         self.path = path
-        self.reader = open_reader(path, verify=verify, **(reader_options or {}))
-        rank, world_size = resolve_rank(rank, world_size)
-        self.batch_size = batch_size
-        self.order = OrderSpec(
-            len(self.reader), shuffle, seed, block_size, buffer_size, rank, world_size, drop_last
+        self.reader = open_reader(path, **spec.open_options)
+        spec.check_stored(str(path), self.reader.manifest.stored_sizes)
+        rank, world_size = resolve_rank(spec.rank, spec.world_size)
+        order = OrderSpec(
+            len(self.reader),
+            spec.shuffle,
+            spec.seed,
+            spec.block_size,
+            spec.buffer_size,
+            rank,
+            world_size,
+            spec.drop_last,
         )
-        self.set_loader_batch_size(loader_batch_size)
-        self.decode = decode
-        self.transform = transform
-        self.batch_transform = batch_transform
-        self.target_transform = target_transform
-        self.layout = layout
-        # Batch options (crop, resize, decode threads): see readers.batch.
-        self.assembler = BatchAssembler(
-            layout, crop, resize, decode_threads, fast_dct, dct_scaling, flip, seed
-        )
-        if batch_size is not None:
-            check_batch_sizes(str(path), self.reader.manifest.stored_sizes, crop, resize)
-        # Per-sample path with crop/resize/flip: each image goes through the batch geometry.
-        self._geometric = crop is not None or resize is not None or self.assembler.augment.active
-        if batch_size is None and self._geometric and decode == "bytes":
-            raise ValueError(
-                "crop=, resize= and flip= need decoded images: decode='tensor', 'numpy' or 'pil'"
-            )
-        self.init_stream()
+        self.setup(spec, order)
 
     @property
     def classes(self) -> list[str]:
         return list(self.reader.manifest.classes)
 
-    # -- iteration ----------------------------------------------------------------------------
-    def _label(self, label: int) -> Any:
-        return self.target_transform(label) if self.target_transform is not None else label
+    def _read(self, epoch: int, positions: np.ndarray) -> list[Record]:
+        return self.reader.read_many(positions)
 
-    def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
-        wanted = np.concatenate([positions[a:b] for a, b in spans])
-        records = self.reader.read_many(wanted)
-        emitted = self._emit_records(records, positions, spans)
-        yield from naming_decode_errors(emitted, self.reader, wanted, records)
-
-    def _emit_records(self, records: list, positions: np.ndarray, spans: list[tuple[int, int]]):
-        assert self._pass is not None  # set by the iteration running this
-        epoch = self._pass.epoch  # random crops and flips: a function of (seed, epoch, sample index)
-        cursor = 0
-        for a, b in spans:
-            part = records[cursor : cursor + (b - a)]
-            cursor += b - a
-            if self.batch_size is not None:
-                self._pass.samples += len(part)
-                indices = positions[a:b]
-                if self.batch_transform is None:
-                    yield whole_batch(self.assembler.shared(part, indices, epoch))  # (images, labels) later
-                else:
-                    images, labels = self.assembler(part, indices=indices, epoch=epoch)
-                    yield whole_batch((self.batch_transform(images), labels))
-            else:
-                for record, index in zip(part, positions[a:b]):
-                    if self._geometric:
-                        image = to_output(self.assembler.one(record, index, epoch), self.decode)
-                    else:
-                        image = decode_record(record, self.decode)
-                    if self.transform is not None:
-                        image = self.transform(image)
-                    self._pass.samples += 1
-                    yield image, self._label(record.label)
+    def describe(self, position: int) -> str:
+        return self.reader.describe(position)
 
 
-# ``open_iterable(path, shuffle=True, seed=0, batch_size=None, ...)``: an ``IterableDataset`` over the
-# packed dataset at ``path``; the signature and the documentation are ``PackedIterable``'s.
+# ``open_iterable(path, *, shuffle=True, seed=0, batch_size=None, ...)``: an ``IterableDataset`` over
+# the packed dataset at ``path``; the options are ``readers.spec.ReadSpec``'s.
 open_iterable = PackedIterable

@@ -17,31 +17,34 @@ as ``offsets[i] + y``, where ``offsets`` are the running totals of the datasets'
 turns labels back into (dataset index, label within the dataset). ``labels="shared"`` keeps the
 labels as they are, for datasets packed with one class list (it must be identical).
 
-With ``batch_size`` the workers assemble whole batches in shared memory (the fast path of
-``open_iterable``; records of different datasets must give one output size, or pass
-``crop``/``resize``); without it samples are yielded one by one. Options have
-``open_iterable``'s names and rules: ``transform`` is per image (without ``batch_size``),
-``batch_transform`` per whole batch (with it). Epochs, ``len()`` and resume
-(``state_dict``/``load_state_dict``, ``readers.make_loader``) are ``open_iterable``'s
-(``readers.stream``), with the datasets' sizes and quotas as part of what a state must match.
+Reading is ``open_iterable``'s by construction (``readers.record_stream``): the same options
+(``readers.spec.ReadSpec``: crop, resize, RandomResizedCrop, flip, shuffle, verify, fast_dct,
+decode_threads, batch_transform, storage options...), checked the same way when ``mix`` is called
+(a crop larger than any dataset's smallest stored image included), the same whole batches in shared
+memory (records of different datasets must give one output size, or pass ``crop``/``resize``),
+the same per-sample path and collate guard. Augmentation parameters are a function of (seed,
+epoch, position in the mixed epoch), so they do not depend on workers, ranks or resume.
+``shuffle=False`` reads each dataset in its stored order (the interleaving stays seeded). Epochs,
+``len()`` and resume (``state_dict``/``load_state_dict``, ``readers.make_loader``) are
+``open_iterable``'s (``readers.stream``), with the datasets' sizes and quotas as part of what a
+state must match.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from readers.batch import BatchAssembler, Size
-from readers.decode import OUTPUT_KINDS, decode_record
+from readers.errors import OptionError
 from readers.formats import open_reader
-from readers.options import check_batch_options
 from readers.order import OrderSpec, global_order, resolve_rank
 from readers.record import Record
-from readers.stream import EpochStream
+from readers.record_stream import RecordStream
+from readers.spec import ReadSpec, combined_sizes
 
 MIX_TAG = 0x6D6978  # "mix": keeps the interleaving stream apart from the datasets' own orders
 
@@ -56,88 +59,82 @@ def quotas(weights: Sequence[float], total: int) -> np.ndarray:
     return counts
 
 
-class MixedIterable(EpochStream):
-    """A weighted mix of packed datasets; see the module docstring."""
+class MixedIterable(RecordStream):
+    """A weighted mix of packed datasets; see the module docstring.
+
+    ``weights``, ``epoch_size`` and ``labels`` are the mix's own; every other option is a field of
+    ``readers.spec.ReadSpec``, exactly as for ``open_iterable`` (``spec=`` passes a ready one).
+    """
 
     def __init__(
         self,
         paths: Sequence[str | os.PathLike],
+        *,
         weights: Sequence[float] | None = None,
-        seed: int = 0,
         epoch_size: int | None = None,
-        batch_size: int | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        drop_last: bool = False,
-        block_size: int = 64,
-        buffer_size: int = 4096,
         labels: str = "offset",
-        decode: str = "tensor",
-        transform: Callable | None = None,
-        layout: str = "CHW",
-        crop: Size = None,
-        resize: Size = None,
-        decode_threads: int = 0,
-        reader_options: dict[str, Any] | None = None,
-        batch_transform: Callable | None = None,
+        spec: ReadSpec | None = None,
+        **options: Any,
     ):
+        if spec is None:
+            spec = ReadSpec.build("mix", options)
+        elif options:
+            raise TypeError("pass either spec= or the reading options, not both")
         if not paths:
-            raise ValueError("mix() needs at least one dataset")
+            raise OptionError("mix() needs at least one dataset")
         if weights is None:
             weights = [1.0] * len(paths)
         weights = [float(w) for w in weights]
         if len(weights) != len(paths):
-            raise ValueError(f"{len(weights)} weights for {len(paths)} datasets; give one weight per dataset")
+            raise OptionError(
+                f"{len(weights)} weights for {len(paths)} datasets; give one weight per dataset"
+            )
         if not all(np.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
-            raise ValueError(f"weights {weights} must be finite, >= 0 and not all 0")
+            raise OptionError(f"weights {weights} must be finite, >= 0 and not all 0")
         if labels not in ("offset", "shared"):
-            raise ValueError(f"labels={labels!r}; use 'offset' or 'shared'")
-        if decode not in OUTPUT_KINDS:
-            raise ValueError(f"decode={decode!r}; use one of {', '.join(OUTPUT_KINDS)}")
-        check_batch_options(
-            batch_size,
-            decode=decode,
-            transform=transform,
-            batch_transform=batch_transform,
-            decode_threads=decode_threads,
-        )
+            raise OptionError(f"labels={labels!r}; use 'offset' or 'shared'")
         self.paths = [str(p) for p in paths]
-        self.readers = [open_reader(p, **(reader_options or {})) for p in paths]
+        self.readers = [open_reader(p, **spec.open_options) for p in paths]
         self.sizes = [len(r) for r in self.readers]
         empty = [p for p, n in zip(self.paths, self.sizes) if n == 0]
         if empty:
-            raise ValueError(f"{empty[0]}: dataset has no samples; leave it out of the mix")
+            raise OptionError(f"{empty[0]}: dataset has no samples; leave it out of the mix")
+        stored = [r.manifest.stored_sizes for r in self.readers]
+        for path, sizes in zip(self.paths, stored):
+            spec.check_stored(path, sizes)
+        spec.check_stored(f"mix of {', '.join(self.paths)}", combined_sizes(stored))
         self.weights = weights
-        self.seed = int(seed)
+        self.seed = int(spec.seed)
         self.epoch_size = int(epoch_size) if epoch_size is not None else sum(self.sizes)
         self.counts = quotas(weights, self.epoch_size)
         class_lists = [list(r.manifest.classes) for r in self.readers]
         if labels == "shared":
             if any(c != class_lists[0] for c in class_lists):
-                raise ValueError("labels='shared' needs datasets with identical classes; use labels='offset'")
+                raise OptionError(
+                    "labels='shared' needs datasets with identical classes; use labels='offset'"
+                )
             self.offsets = [0] * len(paths)
             self.classes = class_lists[0]
         else:
             self.offsets = np.concatenate([[0], np.cumsum([len(c) for c in class_lists])[:-1]]).tolist()
             self.classes = [f"{i}:{name}" for i, names in enumerate(class_lists) for name in names]
         self.labels = labels
-        self.rank, self.world_size = resolve_rank(rank, world_size)
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is outside world_size {self.world_size}")
-        self.drop_last = drop_last
-        self.block_size = block_size
-        self.buffer_size = buffer_size
-        self.batch_size = batch_size
-        self.decode = decode
-        self.transform = transform
-        self.batch_transform = batch_transform
-        self.assembler = BatchAssembler(layout, crop, resize, decode_threads)
+        self.rank, self.world_size = resolve_rank(spec.rank, spec.world_size)
+        self.drop_last = spec.drop_last
+        self.block_size = spec.block_size
+        self.buffer_size = spec.buffer_size
         # The mixed sequence is already shuffled (epoch_sequence): the order only deals it out.
-        self.order = OrderSpec(
-            self.epoch_size, False, self.seed, block_size, buffer_size, self.rank, self.world_size, drop_last
+        order = OrderSpec(
+            self.epoch_size,
+            False,
+            self.seed,
+            spec.block_size,
+            spec.buffer_size,
+            self.rank,
+            self.world_size,
+            spec.drop_last,
         )
-        self.set_loader_batch_size(None)
-        self.init_stream()
+        self.setup(spec, order)
         self._sequence: tuple[int, np.ndarray, np.ndarray] | None = None
 
     # -- the order ----------------------------------------------------------------------------
@@ -161,6 +158,7 @@ class MixedIterable(EpochStream):
                     epoch=k,
                     block_size=self.block_size,
                     buffer_size=self.buffer_size,
+                    shuffle=self.spec.shuffle,
                 )
                 here = stream // n == k
                 picks[here] = order[stream[here] % n]
@@ -174,7 +172,10 @@ class MixedIterable(EpochStream):
         return source[mine], index[mine]
 
     def identity(self) -> dict[str, Any]:
-        return {"counts": self.counts.tolist(), "sizes": list(self.sizes)}
+        identity: dict[str, Any] = {"counts": self.counts.tolist(), "sizes": list(self.sizes)}
+        if not self.spec.shuffle:  # only then: states saved before shuffle= existed stay valid
+            identity["datasets_shuffled"] = False
+        return identity
 
     def split_labels(self, labels: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(dataset index, label within that dataset) of mixed ``labels`` (``labels="offset"``)."""
@@ -185,8 +186,16 @@ class MixedIterable(EpochStream):
         return dataset, values - np.asarray(self.offsets, dtype=np.int64)[dataset]
 
     # -- reading ------------------------------------------------------------------------------
-    def _records(self, source: np.ndarray, index: np.ndarray) -> list[Record]:
-        """Records for the pairs, labels offset; each dataset's share read as a few blocks."""
+    def _pairs(self, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(dataset index, sample index) at mixed ``positions`` of ``epoch``."""
+        if self._sequence is None or self._sequence[0] != epoch:
+            self._sequence = (epoch, *self.epoch_sequence(epoch))
+        _, source, index = self._sequence
+        return source[positions], index[positions]
+
+    def _read(self, epoch: int, positions: np.ndarray) -> list[Record]:
+        """Records at the mixed positions, labels offset; each dataset's share read as a few blocks."""
+        source, index = self._pairs(epoch, positions)
         out: list[Record | None] = [None] * len(source)
         for i in np.unique(source).tolist():
             where = np.flatnonzero(source == i)
@@ -195,31 +204,12 @@ class MixedIterable(EpochStream):
                 out[k] = record._replace(label=record.label + shift) if shift else record
         return out  # type: ignore[return-value]
 
-    def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
+    def describe(self, position: int) -> str:
         assert self._pass is not None
-        epoch = self._pass.epoch
-        if self._sequence is None or self._sequence[0] != epoch:
-            self._sequence = (epoch, *self.epoch_sequence(epoch))
-        _, source, index = self._sequence
-        take = np.concatenate([positions[a:b] for a, b in spans])
-        records = self._records(source[take], index[take])
-        cursor = 0
-        for a, b in spans:
-            part, cursor = records[cursor : cursor + b - a], cursor + b - a
-            if self.batch_size is not None:
-                self._pass.samples += len(part)
-                if self.batch_transform is None:
-                    yield self.assembler.shared(part)
-                else:
-                    images, labels = self.assembler(part)
-                    yield self.batch_transform(images), labels
-                continue
-            for record in part:
-                image = decode_record(record, self.decode)
-                self._pass.samples += 1
-                yield (self.transform(image) if self.transform is not None else image), record.label
+        source, index = self._pairs(self._pass.epoch, np.array([position]))
+        return self.readers[int(source[0])].describe(int(index[0]))
 
 
-# ``mix(paths, weights=None, seed=0, ...)``: a weighted, deterministic mix of packed datasets; the
-# signature and the documentation are ``MixedIterable``'s.
+# ``mix(paths, *, weights=None, seed=0, ...)``: a weighted, deterministic mix of packed datasets; the
+# options are ``readers.spec.ReadSpec``'s (those of ``open_iterable``) plus weights, epoch_size, labels.
 mix = MixedIterable

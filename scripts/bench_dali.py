@@ -48,7 +48,7 @@ def measure(path: Path, name: str, args: argparse.Namespace) -> dict:
     threads = args.threads or os.cpu_count() or 1
     loader = dali_loader(
         path,
-        batch,
+        batch_size=batch,
         device=PATHS[name],
         crop=224,
         num_threads=threads,

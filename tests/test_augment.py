@@ -132,7 +132,7 @@ def test_bad_flip_is_a_value_error(packed, flip):
     with pytest.raises(ValueError, match="^flip="):
         open_iterable(path, batch_size=4, crop=RRC, flip=flip)
     with pytest.raises(ValueError, match="^flip="):
-        dali_loader(path, 4, crop=RRC, flip=flip, device="dataloader")
+        dali_loader(path, batch_size=4, crop=RRC, flip=flip, device="dataloader")
     with pytest.raises(ValueError, match="drop resize="):
         open_iterable(path, batch_size=4, crop=RRC, resize=32)
 
@@ -259,7 +259,7 @@ def test_dali_paths_crop_the_same_windows_and_flips(packed, device):
     it = open_iterable(path, batch_size=8, seed=3, crop=RRC, flip=True)
     it.set_epoch(1)
     want, labels = cat(loader_batches(it))
-    loader = dali_loader(path, 8, seed=3, crop=RRC, flip=True, device=device, num_workers=0)
+    loader = dali_loader(path, batch_size=8, seed=3, crop=RRC, flip=True, device=device, num_workers=0)
     loader.set_epoch(1)
     got, got_labels = cat([(x.cpu(), y.cpu()) for x, y in loader])
     n = len(want)  # the DALI loader pads the last batch by wrapping; compare the epoch proper
@@ -310,7 +310,8 @@ def test_odd_margin_centre_crop_pixels_identical_on_every_path(packed):
     it = open_iterable(path, batch_size=8, seed=1, crop=(37, 41), flip=0.5, drop_last=True)
     want = cat(loader_batches(it))[0]
     for device in ("cpu", "dataloader"):
-        loader = dali_loader(path, 8, seed=1, crop=(37, 41), flip=0.5, device=device, drop_last=True)
+        options = dict(seed=1, crop=(37, 41), flip=0.5, device=device, drop_last=True)
+        loader = dali_loader(path, batch_size=8, **options)
         got = cat([(x.cpu(), y.cpu()) for x, y in loader])[0]
         assert torch.equal(got, want), device
     # The packer crops with the same rule.

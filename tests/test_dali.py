@@ -19,7 +19,7 @@ import readers.dali.loader as rd
 from readers import open_dataset
 from readers.dali import DaliUnavailableError, dali_loader, select_path
 from readers.dali.feed import BatchFeed
-from readers.errors import ImgpackError
+from readers.errors import OptionError
 from readers.formats import format_names, open_reader
 from readers.order import OrderSpec
 from tests.conftest import REPO, cli_env
@@ -70,8 +70,10 @@ def test_dali_cpu_matches_dataloader(packed, fmt, spec):
     a, b = batches(dali), batches(fallback)
     assert len(a) == len(dali) == len(fallback) == 6  # 44 samples, padded to 6 batches of 8
     assert a[0][0].shape == (8, 3, 38, 40) and a[0][0].dtype == torch.uint8
-    # Same resize (bilinear, antialiased) in DALI and torch: rounding differences only.
-    assert_same(a, b, mad=0.1)
+    # DALI's fn.resize (antialiased) against readers.resample (the CPU paths' one resampler,
+    # bilinear below a 2x shrink): measured 0.6-2.2 grey levels mean per batch here
+    # (scripts/compare_dali_resize.py and the README give the figures); a wrong window is 20+.
+    assert_same(a, b, mad=3.0)
     # The order is the order module's, padded by wrapping around this rank's order.
     reader = open_reader(path)
     order = OrderSpec(len(reader), True, 3, 64, 4096).epoch_order(2)
@@ -95,13 +97,13 @@ def test_grayscale_dataset(packed):
     a = batches(dali_loader(path, device="cpu", **kwargs))
     b = batches(dali_loader(path, device="dataloader", **kwargs))
     assert a[0][0].shape == (8, 1, 24, 32)
-    assert_same(a, b, mad=0.01)
+    assert_same(a, b, mad=0.05)  # std units: 3.2 grey levels, the resamplers' difference (see above)
 
 
 def test_parallel_external_source_matches_serial(packed):
     path = packed("lmdb", **DEFAULT_SPECS[0])
-    serial = batches(dali_loader(path, 8, device="cpu", crop=48))
-    parallel = batches(dali_loader(path, 8, device="cpu", crop=48, py_workers=2))
+    serial = batches(dali_loader(path, batch_size=8, device="cpu", crop=48))
+    parallel = batches(dali_loader(path, batch_size=8, device="cpu", crop=48, py_workers=2))
     assert_same(serial, parallel, mad=0.0)
 
 
@@ -111,7 +113,8 @@ def test_ranks_are_disjoint_and_cover_everything(packed, device):
     ids = identities(path)
     per_rank = [
         sample_ids(
-            dali_loader(path, 5, device=device, rank=r, world_size=2, pad_last=False, num_workers=2),
+            dali_loader(path, batch_size=5, device=device, rank=r, world_size=2, pad_last=False,
+                        num_workers=2),
             ids,
         )
         for r in range(2)
@@ -125,7 +128,7 @@ def test_ranks_are_disjoint_and_cover_everything(packed, device):
 def test_set_epoch_changes_order_and_repeats_exactly(packed, device):
     path = packed("lmdb", **RAW)
     ids = identities(path)
-    loader = dali_loader(path, 8, device=device, block_size=4, buffer_size=16, num_workers=2)
+    loader = dali_loader(path, batch_size=8, device=device, block_size=4, buffer_size=16, num_workers=2)
     epoch0 = sample_ids(loader, ids)
     for i, _ in enumerate(loader):  # abandon an epoch half way: the next one starts afresh
         if i == 1:
@@ -146,7 +149,8 @@ def test_last_batch_policies(packed, device):
     sizes, orders = {}, {}
     policies = {"pad": {}, "drop": {"drop_last": True}, "partial": {"pad_last": False}}
     for policy, options in policies.items():
-        loader = dali_loader(path, 4, device=device, rank=1, world_size=3, num_workers=0, **options)
+        loader = dali_loader(path, batch_size=4, device=device, rank=1, world_size=3, num_workers=0,
+                             **options)
         got = [len(y) for _, y in batches(loader)]
         assert len(got) == len(loader)
         sizes[policy], orders[policy] = got, sample_ids(loader, ids)
@@ -184,10 +188,10 @@ HIDDEN_DALI = """
 import sys, logging
 sys.modules["nvidia.dali"] = None  # as if DALI were not installed
 from readers.dali import dali_loader, DaliUnavailableError
-loader = dali_loader(sys.argv[1], 8, crop=48, num_workers=0)
+loader = dali_loader(sys.argv[1], batch_size=8, crop=48, num_workers=0)
 shapes = {tuple(x.shape) for x, _ in loader}
 try:
-    dali_loader(sys.argv[1], 8, device="cpu")
+    dali_loader(sys.argv[1], batch_size=8, device="cpu")
     raise SystemExit("device='cpu' must fail without DALI")
 except DaliUnavailableError as exc:
     print("ERROR", exc)
@@ -214,21 +218,20 @@ def test_falls_back_when_dali_is_not_importable(packed):
 
 def test_clear_errors(packed):
     path = packed("lmdb", **DEFAULT_SPECS[0])
-    with pytest.raises(ImgpackError, match="smaller than crop=100"):
-        batches(dali_loader(path, 8, device="cpu", crop=100))
-    with pytest.raises(ImgpackError, match="smaller than crop=100"):
-        batches(dali_loader(path, 8, device="dataloader", crop=100, num_workers=0))
+    for device in ("cpu", "dataloader"):  # refused when the loader is built, not mid-epoch
+        with pytest.raises(OptionError, match="crop=100 is larger than the smallest stored image"):
+            dali_loader(path, batch_size=8, device=device, crop=100)
     with pytest.raises(ValueError, match="mean and std together"):
-        dali_loader(path, 8, mean=MEAN)
+        dali_loader(path, batch_size=8, mean=MEAN)
     with pytest.raises(ValueError, match="last_batch"):
         BatchFeed(path, OrderSpec(44), 8, last_batch="wrap")
     with pytest.raises(ValueError, match="pass one"):
-        dali_loader(path, 8, drop_last=True, pad_last=True)
+        dali_loader(path, batch_size=8, drop_last=True, pad_last=True)
     with pytest.raises(ValueError, match="layout='NCHW'"):
-        dali_loader(path, 8, layout="NCHW")
+        dali_loader(path, batch_size=8, layout="NCHW")
     varying = packed("lmdb", resize=48, encode="jpeg")  # shorter side 48: sizes differ
-    with pytest.raises(ImgpackError, match="different sizes"):
-        batches(dali_loader(varying, 8, device="dataloader", num_workers=0))
+    with pytest.raises(OptionError, match="a batch needs images of one size"):
+        dali_loader(varying, batch_size=8, device="dataloader", num_workers=0)
 
 
 @pytest.mark.gpu
@@ -254,7 +257,7 @@ GPU = pytest.param(
 @pytest.mark.parametrize("device", ["cpu", "dataloader", GPU])
 def test_dali_loader_resumes_mid_epoch_exactly(packed, device):
     path = packed("lmdb", resize=40, crop=32, encode="jpeg")
-    loader = dali_loader(path, 4, seed=2, device=device, num_workers=2)
+    loader = dali_loader(path, batch_size=4, seed=2, device=device, num_workers=2)
     loader.set_epoch(1)
     full = [labels.tolist() for _, labels in loader]
     taken = []
@@ -264,11 +267,11 @@ def test_dali_loader_resumes_mid_epoch_exactly(packed, device):
             break
     state = loader.state_dict()
     assert state["epoch"] == 1 and state["position"] == 12
-    resumed = dali_loader(path, 4, seed=2, device=device, num_workers=2)
+    resumed = dali_loader(path, batch_size=4, seed=2, device=device, num_workers=2)
     resumed.load_state_dict(state)
     assert len(resumed) == len(full) - 3
     assert [labels.tolist() for _, labels in resumed] == full[3:]
     resumed.set_epoch(2)
     assert len(resumed) == len(full)
     with pytest.raises(ValueError, match="seed"):
-        dali_loader(path, 4, seed=3, device=device).load_state_dict(state)
+        dali_loader(path, batch_size=4, seed=3, device=device).load_state_dict(state)

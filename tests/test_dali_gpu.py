@@ -40,7 +40,7 @@ def test_gpu_matches_cpu_on_every_format(packed, fmt, spec):
 
 def test_gpu_outputs_live_on_the_gpu(packed):
     path = packed("lmdb", **CASES[0][1])
-    loader = dali_loader(path, 8, device="gpu", crop=56, mean=MEAN, std=STD, layout="HWC")
+    loader = dali_loader(path, batch_size=8, device="gpu", crop=56, mean=MEAN, std=STD, layout="HWC")
     images, labels = next(iter(loader))
     assert images.is_cuda and labels.is_cuda
     assert images.shape == (8, 56, 56, 3) and images.dtype == torch.float32
@@ -74,14 +74,14 @@ def test_gpu_ranks_are_disjoint_and_order_matches_cpu(packed):
     path = packed("lmdb", **RAW)
     ids = identities(path)
     kwargs = dict(world_size=2, pad_last=False, seed=4)
-    gpu = [sample_ids(dali_loader(path, 5, device="gpu", rank=r, **kwargs), ids) for r in range(2)]
-    cpu = [sample_ids(dali_loader(path, 5, device="cpu", rank=r, **kwargs), ids) for r in range(2)]
+    gpu = [sample_ids(dali_loader(path, batch_size=5, device="gpu", rank=r, **kwargs), ids) for r in range(2)]
+    cpu = [sample_ids(dali_loader(path, batch_size=5, device="cpu", rank=r, **kwargs), ids) for r in range(2)]
     assert gpu == cpu
     assert not set(gpu[0]) & set(gpu[1]) and len(set(gpu[0]) | set(gpu[1])) == 44
 
 
 def test_gpu_parallel_external_source_matches_serial(packed):
     path = packed("lmdb", **CASES[0][1])
-    serial = batches(dali_loader(path, 8, device="gpu", crop=48))
-    parallel = batches(dali_loader(path, 8, device="gpu", crop=48, py_workers=2))
+    serial = batches(dali_loader(path, batch_size=8, device="gpu", crop=48))
+    parallel = batches(dali_loader(path, batch_size=8, device="gpu", crop=48, py_workers=2))
     assert_same(serial, parallel, mad=0.0)

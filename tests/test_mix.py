@@ -38,7 +38,7 @@ def test_quotas_add_up_and_follow_the_weights():
 
 def test_realised_proportions_match_the_weights(paths):
     weights = [0.6, 0.3, 0.1]
-    m = mix(paths, weights, seed=3, epoch_size=900, decode="bytes")
+    m = mix(paths, weights=weights, seed=3, epoch_size=900, decode="bytes")
     p = np.asarray(weights)
     for epoch in (0, 1):
         m.set_epoch(epoch)
@@ -58,7 +58,7 @@ def test_realised_proportions_match_the_weights(paths):
 
 
 def test_labels_are_offset_per_dataset_and_point_at_the_right_sample(paths):
-    m = mix(paths, [1, 1, 1], seed=0, decode="bytes")
+    m = mix(paths, weights=[1, 1, 1], seed=0, decode="bytes")
     sizes = [len(open_dataset(p)) for p in paths]
     class_counts = [len(open_dataset(p).classes) for p in paths]
     assert m.offsets == [0, class_counts[0], class_counts[0] + class_counts[1]]
@@ -72,7 +72,7 @@ def test_labels_are_offset_per_dataset_and_point_at_the_right_sample(paths):
     dataset, local = m.split_labels([label for _, label in seen])
     for (image, _), d, y in zip(seen, dataset.tolist(), local.tolist()):
         assert lookup[d][image] == y
-    shared = mix(paths, [1, 1, 1], labels="shared", decode="bytes")
+    shared = mix(paths, weights=[1, 1, 1], labels="shared", decode="bytes")
     assert shared.classes == open_dataset(paths[0]).classes
     assert sorted(label for _, label in collect(shared)) == sorted(
         [y for _, y in open_dataset(paths[0], decode="bytes")] * 3
@@ -80,7 +80,7 @@ def test_labels_are_offset_per_dataset_and_point_at_the_right_sample(paths):
 
 
 def test_order_is_a_function_of_seed_and_epoch_for_any_workers(paths):
-    m = mix(paths, [0.5, 0.25, 0.25], seed=1, batch_size=8, crop=24)
+    m = mix(paths, weights=[0.5, 0.25, 0.25], seed=1, batch_size=8, crop=24)
     m.set_epoch(2)
     reference = collect(m, 0)
     assert len(reference) == len(m) == math.ceil(sum(len(open_dataset(p)) for p in paths) / 8)
@@ -92,16 +92,17 @@ def test_order_is_a_function_of_seed_and_epoch_for_any_workers(paths):
     m.set_epoch(3)
     other = collect(m, 0)
     assert any(not torch.equal(la, lb) for (_, la), (_, lb) in zip(reference, other))
-    again = mix(paths, [0.5, 0.25, 0.25], seed=1, batch_size=8, crop=24)
+    again = mix(paths, weights=[0.5, 0.25, 0.25], seed=1, batch_size=8, crop=24)
     again.set_epoch(2)
     assert all(torch.equal(la, lb) for (_, la), (_, lb) in zip(reference, collect(again, 0)))
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_ranks_split_the_global_sequence(paths, drop_last):
-    single = mix(paths, [3, 2, 1], seed=5, epoch_size=101, decode="bytes")
+    single = mix(paths, weights=[3, 2, 1], seed=5, epoch_size=101, decode="bytes")
     whole = collect(single)
-    parts = [collect(mix(paths, [3, 2, 1], seed=5, epoch_size=101, decode="bytes", rank=r, world_size=3,
+    parts = [collect(mix(paths, weights=[3, 2, 1], seed=5, epoch_size=101, decode="bytes", rank=r,
+                         world_size=3,
                          drop_last=drop_last)) for r in range(3)]  # fmt: skip
     assert len({len(p) for p in parts}) == 1
     joined = [p[k] for k in range(len(parts[0])) for p in parts]  # ranks are dealt in turn
@@ -112,7 +113,7 @@ def test_ranks_split_the_global_sequence(paths, drop_last):
 
 
 def test_a_downsampled_dataset_is_covered_across_epochs(paths):
-    m = mix(paths[:2], [1, 3], seed=2, epoch_size=44, decode="bytes")  # 11 of dataset 0 per epoch
+    m = mix(paths[:2], weights=[1, 3], seed=2, epoch_size=44, decode="bytes")  # 11 of dataset 0 per epoch
     n = len(open_dataset(paths[0]))
     seen = []
     for epoch in range(n // 11):
@@ -124,7 +125,7 @@ def test_a_downsampled_dataset_is_covered_across_epochs(paths):
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_resume_yields_exactly_the_remaining_batches(paths, num_workers):
-    m = mix(paths, [1, 2, 1], seed=4, batch_size=6, crop=24)
+    m = mix(paths, weights=[1, 2, 1], seed=4, batch_size=6, crop=24)
     m.set_epoch(1)
     full = collect(m, num_workers)
     k = 4
@@ -133,18 +134,18 @@ def test_resume_yields_exactly_the_remaining_batches(paths, num_workers):
             break
     state = m.state_dict(consumed=k * 6) if num_workers else m.state_dict()
     assert state["epoch"] == 1 and state["position"] == k * 6
-    resumed = mix(paths, [1, 2, 1], seed=4, batch_size=6, crop=24)
+    resumed = mix(paths, weights=[1, 2, 1], seed=4, batch_size=6, crop=24)
     resumed.load_state_dict(state)
     rest = collect(resumed, num_workers)
     assert len(rest) == len(full) - k
     assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(full[k:], rest))
     with pytest.raises(ValueError, match="cannot resume"):
-        mix(paths, [1, 1, 1], seed=4, batch_size=6).load_state_dict(state)
+        mix(paths, weights=[1, 1, 1], seed=4, batch_size=6).load_state_dict(state)
 
 
 def test_resume_through_make_loader_with_persistent_workers(paths):
     def stream():
-        return mix(paths, [1, 2, 1], seed=4, batch_size=6, crop=24)
+        return mix(paths, weights=[1, 2, 1], seed=4, batch_size=6, crop=24)
 
     def epochs(m, loader, which):
         out = []
@@ -170,9 +171,9 @@ def test_resume_through_make_loader_with_persistent_workers(paths):
 
 def test_bad_arguments_are_clear(paths, tmp_path):
     with pytest.raises(ValueError, match="one weight per dataset"):
-        mix(paths, [1, 2])
+        mix(paths, weights=[1, 2])
     with pytest.raises(ValueError, match="not all 0"):
-        mix(paths, [0, 0, 0])
+        mix(paths, weights=[0, 0, 0])
     with pytest.raises(ValueError, match="labels='nope'"):
         mix(paths, labels="nope")
     renamed = tmp_path / "renamed"

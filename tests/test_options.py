@@ -70,12 +70,12 @@ def test_old_size_name_warns_and_reads_the_same(packed):
 def test_dali_loader_opens_the_dataset_like_open_iterable(packed, tmp_path):
     path = packed("lmdb", **FIXED)
     with pytest.raises(ManifestError, match="does not take option"):
-        dali_loader(path, 4, device="dataloader", reader_options={"check_crc": True})  # tfrecord's
+        dali_loader(path, batch_size=4, device="dataloader", reader_options={"check_crc": True})  # tfrecord's
     with pytest.raises(ValueError, match="behind a URL"):
-        dali_loader(path, 4, device="dataloader", reader_options={"cache_dir": str(tmp_path)})
+        dali_loader(path, batch_size=4, device="dataloader", reader_options={"cache_dir": str(tmp_path)})
     options = dict(device="dataloader", verify=True, layout="HWC", num_workers=0, shuffle=False)
-    loader = dali_loader(path, 4, **options)
-    assert loader.feed.reader.verify
+    loader = dali_loader(path, batch_size=4, **options)
+    assert loader.reader.verify
     images, labels = next(iter(loader))
     expected = next(iter(open_iterable(path, shuffle=False, batch_size=4, layout="HWC", verify=True)))
     assert np.array_equal(images.numpy(), expected[0].numpy()) and torch.equal(labels, expected[1])

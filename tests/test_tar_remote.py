@@ -196,12 +196,16 @@ def test_dali_loader_over_s3_through_the_shard_cache(remote, tmp_path, device):
     cache = tmp_path / "cache"
     kwargs = dict(seed=4, block_size=10, crop=24, device=device, num_workers=2)
     got = dali_loader(
-        url, 8, reader_options={"storage_options": options, "cache_dir": str(cache)}, verify=True, **kwargs
+        url,
+        batch_size=8,
+        reader_options={"storage_options": options, "cache_dir": str(cache)},
+        verify=True,
+        **kwargs,
     )
-    want = [(x.numpy(), y.numpy()) for x, y in dali_loader(local, 8, **kwargs)]
+    want = [(x.numpy(), y.numpy()) for x, y in dali_loader(local, batch_size=8, **kwargs)]
     batches = [(x.numpy(), y.numpy()) for x, y in got]
     assert len(batches) == len(want) == 6
     for (gx, gy), (wx, wy) in zip(batches, want):
         assert np.array_equal(gx, wx) and np.array_equal(gy, wy)
-    manifest = got.feed.reader.manifest
+    manifest = got.reader.manifest
     assert sorted(p.name for p in cache.glob("*.tar")) == sorted(f"{s.sha256}.tar" for s in manifest.shards)

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from packer.preprocess import RESAMPLE, PreprocessSpec, target_size
+from packer.preprocess import PreprocessSpec, resize_image, target_size
 from packer.source import scan_folder
 from readers.geometry import TRIES, RandomResizedCrop, centre_window, flip_probability
 
@@ -73,7 +73,7 @@ class ImageFolderBaseline(Dataset):
             return img
         size = target_size(img.width, img.height, spec)
         if size != img.size:
-            img = img.resize(size, RESAMPLE[spec.resample])
+            img = resize_image(img, size, spec.resample)
         if spec.crop:
             top, left, h, w = centre_window(img.height, img.width, (spec.crop, spec.crop))
             img = img.crop((left, top, left + w, top + h))

@@ -4,12 +4,19 @@
   ``dataloader``) and running it;
 - ``feed``: ``BatchFeed``, the batches of an epoch and their geometry, shared by every path;
 - ``pipeline``: the DALI graph (imported only when DALI runs);
-- ``fallback``: the CPU DataLoader path (no DALI).
+- ``fallback``: the CPU DataLoader path (no DALI): ``open_iterable`` + ``make_loader`` + normalising.
 
 Importing this package does not import DALI.
 """
 
 from readers.dali.feed import PIXEL_ENCODINGS
-from readers.dali.loader import DaliLoader, DaliUnavailableError, dali_loader, select_path
+from readers.dali.loader import DaliLoader, DaliUnavailableError, FallbackLoader, dali_loader, select_path
 
-__all__ = ["PIXEL_ENCODINGS", "DaliLoader", "DaliUnavailableError", "dali_loader", "select_path"]
+__all__ = [
+    "PIXEL_ENCODINGS",
+    "DaliLoader",
+    "DaliUnavailableError",
+    "FallbackLoader",
+    "dali_loader",
+    "select_path",
+]

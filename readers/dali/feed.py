@@ -21,7 +21,7 @@ import numpy as np
 
 from readers.errors import ImgpackError
 from readers.formats import open_reader
-from readers.geometry import Augment, RandomResizedCrop, as_pair, centre_window, resized_size
+from readers.geometry import Augment, RandomResizedCrop, as_pair, centre_window, crop_fits, resized_size
 from readers.order import OrderSpec, num_chunks
 from readers.record import Record
 
@@ -76,8 +76,6 @@ class BatchFeed:
     ):
         if last_batch not in LAST_BATCH:
             raise ValueError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
         self.path = path
         self.reader_options = dict(reader_options or {})  # open_reader's: verify, cache_dir, ...
         self.order = order
@@ -85,11 +83,6 @@ class BatchFeed:
         self.last_batch = last_batch
         self.resize = resize
         self.random_crop = crop if isinstance(crop, RandomResizedCrop) else None
-        if self.random_crop is not None and resize is not None:
-            raise ValueError(
-                "resize= scales images before a centre crop; RandomResizedCrop resizes its window "
-                "to its own size, so drop resize="
-            )
         self.crop = crop
         self.augment = Augment(self.random_crop, float(flip), order.seed)
         self.base_epoch = int(base_epoch)  # DALI counts epochs from 0 after each (re)build
@@ -118,8 +111,10 @@ class BatchFeed:
             wanted = self.batches_in(epoch) * self.batch_size
             if self.last_batch == "drop":
                 idx = idx[:wanted]
-            elif self.last_batch == "pad" and len(idx):
-                idx = np.resize(idx, wanted)  # wraps around this rank's order
+            elif self.last_batch == "pad" and len(idx) < wanted:
+                # Wraps around this rank's order of the epoch from its start (a resumed epoch pads
+                # like an uninterrupted one), as readers.record_stream does.
+                idx = np.concatenate([idx, np.resize(self.order.epoch_order(epoch), wanted - len(idx))])
             self._positions = (epoch, idx)
         return self._positions[1]
 
@@ -169,12 +164,8 @@ class BatchFeed:
             return Plan(sizes, None, flips)
         # a RandomResizedCrop makes the augment active: its plan was returned above
         crop = as_pair(cast(Size | int, self.crop), "crop")
-        for h, w in resized:
-            if h < crop[0] or w < crop[1]:
-                raise ImgpackError(
-                    f"{self.path}: an image is {h}x{w} after resizing, smaller than crop={self.crop}; "
-                    "pass a larger resize (or a smaller crop)"
-                )
+        for (h, w), (sh, sw) in zip(resized, stored):
+            crop_fits(str(self.path), crop, (h, w), f"an image of {h}x{w} (stored {sh}x{sw})")
         windows = np.array([centre_window(h, w, crop) for h, w in resized], np.int64).reshape(-1, 4)
         return Plan(sizes, windows, flips)
 

@@ -1,7 +1,7 @@
 """Batches decoded by NVIDIA DALI (on the GPU when there is one), with a CPU fallback behind one call.
 
     from readers.dali import dali_loader
-    loader = dali_loader("train.lmdb", 256, resize=256, crop=224,
+    loader = dali_loader("train.lmdb", batch_size=256, resize=256, crop=224,
                          mean=[123.675, 116.28, 103.53], std=[58.395, 57.12, 57.375])
     for epoch in range(90):
         loader.set_epoch(epoch)
@@ -13,12 +13,15 @@ Three paths, one output (``loader.backend`` says which was taken; a one-line log
   hardware JPEG decoder where the GPU has one), resizes, crops and normalises on the GPU; the
   tensors are on the GPU.
 - ``dali-cpu``: the same pipeline with ``device="cpu"`` (DALI installed, no GPU).
-- ``dataloader``: no DALI. A ``torch.utils.data.DataLoader`` whose workers decode with the
-  readers' CPU decoders and apply the same resize/crop/normalise in torch (CPU tensors).
+- ``dataloader``: no DALI. ``open_iterable`` with the same options, read through
+  ``readers.make_loader``, then normalised (``readers.dali.fallback``): its pixels are
+  ``open_iterable``'s, bit for bit (CPU tensors).
 
-Every path reads the same batches (``readers.dali.feed.BatchFeed``: ``readers.order`` for the
-order, the rank split and the epochs; the format reader's ``read_many`` for the bytes), so
-labels and order are identical and pixels agree within decoder tolerance.
+The options are one ``readers.spec.ReadSpec``, checked when ``dali_loader`` is called. The DALI
+paths read the batches ``readers.dali.feed.BatchFeed`` plans (``readers.order`` for the order,
+the rank split and the epochs; the format reader's ``read_many`` for the bytes), the same samples
+in the same order as ``open_iterable``: labels and order are identical on all three paths, and
+DALI's pixels differ from the CPU resampler's only by resampling (see the README).
 
 Geometry (``readers.geometry``, the same numbers as ``open_iterable``): ``resize=N`` scales the
 shorter side to N (the other side rounded to nearest, ties to even), ``resize=(H, W)`` is exact;
@@ -53,13 +56,13 @@ from typing import Any
 
 import torch
 
+from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
-from readers.errors import ImgpackError
+from readers.errors import ImgpackError, OptionError
 from readers.formats import open_reader
-from readers.geometry import RandomResizedCrop, flip_probability
-from readers.options import check_layout
 from readers.order import OrderSpec, resolve_rank
 from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
+from readers.spec import ReadSpec
 
 logger = logging.getLogger("imgpack.dali")
 DEVICES = ("auto", "gpu", "cpu", "dataloader")
@@ -139,7 +142,6 @@ class DaliLoader:
         std: Sequence[float] | None,
         layout: str,
         num_threads: int,
-        num_workers: int,
         py_workers: int,
         device_id: int | None,
         prefetch: int,
@@ -150,7 +152,6 @@ class DaliLoader:
         self.mean, self.std = mean, std
         self.layout = layout
         self.num_threads = num_threads
-        self.num_workers = num_workers
         self.py_workers = py_workers
         self.device_id = device_id
         self.prefetch = prefetch
@@ -158,7 +159,6 @@ class DaliLoader:
         self.epoch = 0
         self._iterator: Any = None  # DALI iterator, rebuilt when the epoch sequence breaks
         self._next_epoch = 0  # the epoch the DALI pipeline will produce next
-        self._fallback: Any = None
         self._taken = 0  # batches handed out in the current pass
 
     def __len__(self) -> int:
@@ -192,11 +192,16 @@ class DaliLoader:
         self._taken = 0
 
     @property
+    def reader(self):
+        """The format reader of this process (``FallbackLoader.reader`` too)."""
+        return self.feed.reader
+
+    @property
     def classes(self) -> list[str]:
         return list(self.feed.reader.manifest.classes)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches = self._iter_fallback() if self.backend == "dataloader" else self._iter_dali()
+        batches = self._iter_dali()
         self._taken = 0
         for batch in batches:
             self._taken += 1
@@ -244,91 +249,84 @@ class DaliLoader:
         )
         self._next_epoch = epoch
 
-    # -- CPU DataLoader path ------------------------------------------------------------------
-    def _iter_fallback(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        from readers.dali.fallback import FallbackBatches, fallback_loader, normalise
-
-        if self._fallback is None:
-            dataset = FallbackBatches(self.feed, self.layout)
-            self._fallback = fallback_loader(dataset, self.num_workers, pin_memory=gpu_available())
-        self._fallback.dataset.set_epoch(self.epoch)
-        for images, labels in self._fallback:
-            if self.mean is not None:
-                assert self.std is not None  # dali_loader takes mean and std together
-                images = normalise(images, self.mean, self.std, self.layout)
-            yield images, labels
-
 
 def dali_loader(
     path: str | os.PathLike,
-    batch_size: int,
     *,
-    shuffle: bool = True,
-    seed: int = 0,
-    resize: int | Sequence[int] | None = None,
-    crop: int | Sequence[int] | RandomResizedCrop | None = None,
-    flip: bool | float = False,
+    batch_size: int,
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
-    layout: str = "CHW",
     device: str = "auto",
-    rank: int | None = None,
-    world_size: int | None = None,
-    drop_last: bool = False,
     pad_last: bool | None = None,
     num_threads: int | None = None,
     num_workers: int | None = None,
     py_workers: int = 0,
     device_id: int | None = None,
-    block_size: int = 64,
-    buffer_size: int = 4096,
     prefetch: int = 2,
-    verify: bool = False,
-    reader_options: dict[str, Any] | None = None,
-) -> DaliLoader:
+    spec: ReadSpec | None = None,
+    **options: Any,
+) -> DaliLoader | FallbackLoader:
     """A loader of ``(images, labels)`` batches for the packed dataset at ``path``.
 
+    The reading options (shuffle, seed, resize, crop, flip, layout, rank, world_size, drop_last,
+    block_size, buffer_size, verify, reader_options, storage options) are ``readers.spec.ReadSpec``'s,
+    checked as for ``open_iterable``. ``pad_last`` defaults to True here (unless ``drop_last``).
     ``device``: ``auto`` (DALI on the GPU if there is one, DALI on the CPU if not, the CPU
     DataLoader without DALI), or ``gpu`` / ``cpu`` (DALI, an error if it cannot run) or
     ``dataloader``. ``num_threads``: DALI's CPU threads. ``num_workers``: DataLoader workers of
     the fallback. ``py_workers``: processes running DALI's parallel external_source (0 reads in
     the calling process, which is enough for local LMDB/HDF5; raise it for slow storage).
-    ``block_size``/``buffer_size`` shape the shuffle exactly as in ``open_iterable``, and
-    ``verify``/``reader_options`` open the dataset as there (see the module docstring).
     """
-    check_layout(layout)
-    if drop_last and pad_last:
-        raise ValueError("pad_last=True fills a short last batch, which drop_last=True leaves out: pass one")
+    if spec is None:
+        if pad_last is None:
+            pad_last = not options.get("drop_last", False)
+        spec = ReadSpec.build("dali_loader", {**options, "batch_size": batch_size, "pad_last": pad_last})
+    elif options:
+        raise TypeError("pass either spec= or the reading options, not both")
     if (mean is None) != (std is None):
-        raise ValueError("pass mean and std together (pixel units, one value per channel)")
+        raise OptionError("pass mean and std together (pixel units, one value per channel)")
     chosen = select_path(device)
     if chosen == "dataloader" and device == "auto":
         _notice(chosen, f"NVIDIA DALI is not installed; {INSTALL_HINT} for GPU decoding", logging.WARNING)
     else:
         _notice(chosen, f"device={device!r}")
-    reader_options = {"verify": verify, **(reader_options or {})}
-    reader = open_reader(path, **reader_options)
-    rank, world_size = resolve_rank(rank, world_size)
-    last_batch = "drop" if drop_last else ("partial" if pad_last is False else "pad")
+    reader = open_reader(path, **spec.open_options)
+    spec.check_stored(str(path), reader.manifest.stored_sizes)
+    channels = 1 if reader.manifest.preprocess.get("mode") == "L" else 3
+    for name, values in (("mean", mean), ("std", std)):
+        if values is not None and len(values) != channels:
+            raise OptionError(f"{name} needs {channels} value(s), one per channel, got {len(values)}")
+    cpus = os.cpu_count() or 1
+    if chosen == "dataloader":
+        workers = min(4, cpus) if num_workers is None else num_workers
+        return FallbackLoader.open(
+            path, spec, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available()
+        )
+    rank, world_size = resolve_rank(spec.rank, spec.world_size)
+    assert spec.batch_size is not None
+    last_batch = "drop" if spec.drop_last else ("pad" if spec.pad_last else "partial")
     order = OrderSpec(
-        len(reader), shuffle, seed, block_size, buffer_size, rank, world_size, drop_last, batch_size
+        len(reader),
+        spec.shuffle,
+        spec.seed,
+        spec.block_size,
+        spec.buffer_size,
+        rank,
+        world_size,
+        spec.drop_last,
+        spec.batch_size,
     )
     feed = BatchFeed(
         path,
         order,
-        batch_size,
+        spec.batch_size,
         last_batch,
-        as_size(resize, "resize"),
-        as_size(crop, "crop"),
-        flip=flip_probability(flip),
-        reader_options=reader_options,
+        as_size(spec.resize, "resize"),
+        as_size(spec.crop, "crop"),
+        flip=float(spec.flip),
+        reader_options=spec.open_options,
     )
     feed._reader = reader  # this process's reader (workers open their own)
-    channels = feed.channels
-    for name, values in (("mean", mean), ("std", std)):
-        if values is not None and len(values) != channels:
-            raise ValueError(f"{name} needs {channels} value(s), one per channel, got {len(values)}")
-    cpus = os.cpu_count() or 1
     if chosen == "dali-gpu" and device_id is None:
         device_id = default_device_id()
     return DaliLoader(
@@ -336,14 +334,20 @@ def dali_loader(
         chosen,
         mean=mean,
         std=std,
-        layout=layout,
+        layout=spec.layout,
         num_threads=num_threads or min(4, cpus),
-        num_workers=min(4, cpus) if num_workers is None else num_workers,
         py_workers=py_workers,
         device_id=device_id,
         prefetch=prefetch,
-        seed=seed,
+        seed=spec.seed,
     )
 
 
-__all__ = ["DaliLoader", "DaliUnavailableError", "PIXEL_ENCODINGS", "dali_loader", "select_path"]
+__all__ = [
+    "DaliLoader",
+    "DaliUnavailableError",
+    "FallbackLoader",
+    "PIXEL_ENCODINGS",
+    "dali_loader",
+    "select_path",
+]

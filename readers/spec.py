@@ -1,0 +1,241 @@
+"""The reading options, as one validated object: what ``open_iterable``, ``mix`` and ``dali_loader`` take.
+
+Every entry point builds a ``ReadSpec`` from its keyword arguments (``ReadSpec.build``), so one knob
+has one name, one default and one check on every path, and a mistake is an ``OptionError`` raised
+when the entry point is called, with the same message on every path. What a spec can only check
+against the data (a crop larger than the smallest stored image, whole batches of images that keep
+different sizes) is ``check_stored``, run by each entry point on each dataset it opens.
+
+``ENTRY_POINTS`` says which entry points take each option: the README's table of reading options
+is tested against it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from readers.decode import check_decode_kind
+from readers.errors import OptionError
+from readers.geometry import RandomResizedCrop, as_pair, crop_fits, flip_probability
+from readers.remote_parts import merge_remote_options
+
+LAYOUTS = ("CHW", "HWC")
+Size = int | tuple[int, int] | None
+Crop = int | tuple[int, int] | RandomResizedCrop | None
+
+ITERABLES = ("open_iterable", "mix")
+EVERY_PATH = (*ITERABLES, "dali_loader")
+
+
+def _option(default: Any, paths: tuple[str, ...] = EVERY_PATH) -> Any:
+    return field(default=default, metadata={"paths": paths})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadSpec:
+    """How to read: order, ranks, batches, geometry, decoding and where the bytes come from."""
+
+    shuffle: bool = _option(True)
+    seed: int = _option(0)
+    batch_size: int | None = _option(None)
+    rank: int | None = _option(None)
+    world_size: int | None = _option(None)
+    drop_last: bool = _option(False)
+    pad_last: bool = _option(False)
+    block_size: int = _option(64)
+    buffer_size: int = _option(4096)
+    layout: str = _option("CHW")
+    crop: Crop = _option(None)
+    resize: Size = _option(None)
+    flip: bool | float = _option(False)
+    decode: str = _option("tensor", ITERABLES)
+    transform: Callable | None = _option(None, ITERABLES)
+    target_transform: Callable | None = _option(None, ITERABLES)
+    batch_transform: Callable | None = _option(None, ITERABLES)
+    loader_batch_size: int | None = _option(None, ITERABLES)
+    decode_threads: int = _option(0, ITERABLES)
+    fast_dct: bool = _option(False, ITERABLES)
+    dct_scaling: bool = _option(True, ITERABLES)
+    verify: bool = _option(False)
+    reader_options: dict[str, Any] | None = _option(None)
+    storage_options: dict[str, Any] | None = _option(None)
+    cache_dir: str | os.PathLike | None = _option(None)
+    cache_size: int | None = _option(None)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        if self.layout not in LAYOUTS:
+            raise OptionError(f"layout={self.layout!r}; use 'CHW' or 'HWC'")
+        check_decode_kind(self.decode)
+        for name in ("batch_size", "loader_batch_size", "block_size", "buffer_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise OptionError(f"{name} must be a positive integer, got {value!r}")
+        if self.decode_threads < 0:
+            raise OptionError(
+                f"decode_threads={self.decode_threads} must be 0 (decode in the worker) or more"
+            )
+        if self.crop is not None and not isinstance(self.crop, RandomResizedCrop):
+            set_(self, "crop", _size(self.crop, "crop"))
+        if self.resize is not None:
+            set_(self, "resize", _size(self.resize, "resize"))
+        set_(self, "flip", flip_probability(self.flip))
+        if isinstance(self.crop, RandomResizedCrop) and self.resize is not None:
+            raise OptionError(
+                "resize= scales images before a centre crop; RandomResizedCrop resizes its window "
+                "to its own size, so drop resize="
+            )
+        if self.drop_last and self.pad_last:
+            raise OptionError(
+                "pad_last=True fills a short last batch, which drop_last=True leaves out: pass one"
+            )
+        self._check_mode()
+        # One dict for the format reader: reader_options plus the remote options given directly.
+        remote = {
+            "storage_options": self.storage_options,
+            "cache_dir": self.cache_dir,
+            "cache_size": self.cache_size,
+        }
+        try:
+            merged = merge_remote_options(self.reader_options, **remote)
+        except ValueError as exc:
+            raise OptionError(str(exc)) from exc
+        set_(self, "reader_options", merged)
+
+    def _check_mode(self) -> None:
+        """Options the chosen mode (whole batches, or one sample at a time) cannot honour."""
+        if self.batch_size is None:
+            for name in ("decode_threads", "batch_transform", "pad_last"):
+                if getattr(self, name):
+                    raise OptionError(f"{name}= applies to whole batches: also pass batch_size=")
+            if self.geometric and self.decode == "bytes":
+                raise OptionError(
+                    "crop=, resize= and flip= need decoded images: decode='tensor', 'numpy' or 'pil'"
+                )
+            return
+        if self.loader_batch_size is not None:
+            raise OptionError(
+                "loader_batch_size= is for the per-sample path; with batch_size= the DataLoader must "
+                "run with batch_size=None"
+            )
+        if self.decode != "tensor":
+            raise OptionError(
+                f"decode={self.decode!r} applies to single samples, but with batch_size= the workers "
+                "build uint8 tensor batches: drop decode= (or batch_size= to get each sample as "
+                f"{self.decode!r})"
+            )
+        if self.transform is not None:
+            raise OptionError(
+                "transform= is applied to each image, but with batch_size= the workers build whole "
+                "(B, C, H, W) batches: pass batch_transform= for a function of the whole batch (one "
+                "call, e.g. normalisation), or drop batch_size= to transform each image"
+            )
+        if self.target_transform is not None:
+            raise OptionError(
+                "target_transform= is applied to each label, but with batch_size= labels arrive as "
+                "one int64 tensor per batch: transform that tensor in the training loop, or drop "
+                "batch_size= to transform each label"
+            )
+
+    # -- building ---------------------------------------------------------------------------
+    @classmethod
+    def build(cls, where: str, options: dict[str, Any]) -> ReadSpec:
+        """The spec of entry point ``where`` from its keyword arguments: unknown names and options
+        ``where`` does not take are errors naming the entry points that do take them."""
+        options = dict(options)
+        if "size" in options:
+            options["resize"] = renamed(where, "size", options.pop("size"), "resize", options.get("resize"))
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in options:
+            if name not in fields:
+                raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+            paths = fields[name].metadata["paths"]
+            if where not in paths:
+                raise OptionError(f"{name}= applies to {' and '.join(paths)}, not to {where}: leave it out")
+        return cls(**options)
+
+    # -- what follows from it ---------------------------------------------------------------
+    @property
+    def open_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``readers.formats.open_reader`` (``verify`` and ``reader_options``)."""
+        return {"verify": self.verify, **(self.reader_options or {})}
+
+    @property
+    def geometric(self) -> bool:
+        """True when images go through the batch geometry (crop, resize or a flip)."""
+        return self.crop is not None or self.resize is not None or bool(self.flip)
+
+    @property
+    def random_crop(self) -> RandomResizedCrop | None:
+        return self.crop if isinstance(self.crop, RandomResizedCrop) else None
+
+    def check_stored(self, where: str, stored: dict[str, int] | None) -> None:
+        """Refuse, naming the fix, a crop larger than the smallest stored image (after ``resize``)
+        and whole batches of images that keep different sizes. ``stored``: the manifest's
+        ``stored_sizes`` (None for datasets packed before it was recorded: checked per image)."""
+        if not stored or not stored.get("count"):
+            return
+        low = (stored["min_height"], stored["min_width"])
+        high = (stored["max_height"], stored["max_width"])
+        if self.batch_size is not None and self.resize is None and self.crop is None and low != high:
+            raise OptionError(
+                f"{where}: a batch needs images of one size, but the stored images range from "
+                f"{low[0]}x{low[1]} to {high[0]}x{high[1]} (height x width, see `pack info`); pass "
+                f"crop= (and resize=), e.g. crop={min(low)}, or pack with --crop N"
+            )
+        if self.crop is None or isinstance(self.crop, RandomResizedCrop):
+            return
+        if self.resize is None:
+            fits, what = (
+                low,
+                f"the smallest stored image ({low[0]} px high, {low[1]} px wide, see `pack info`)",
+            )
+        elif isinstance(self.resize, int):
+            fits, what = (self.resize, self.resize), f"resize={self.resize} (the shorter side after resizing)"
+        else:
+            fits, what = self.resize, f"resize={self.resize!r}"
+        crop_fits(where, self.crop, fits, what)
+
+
+def _size(value: Any, name: str) -> int | tuple[int, int]:
+    """An int stays an int (resize: the shorter side), a pair becomes a tuple; checked."""
+    pair = as_pair(value, name)
+    return pair[0] if isinstance(value, int) else pair
+
+
+def combined_sizes(stored: Sequence[dict[str, int] | None]) -> dict[str, int] | None:
+    """The stored-size range of several datasets together (None if one does not record it)."""
+    if not stored or any(not s or not s.get("count") for s in stored):
+        return None
+    ranges = [s for s in stored if s is not None]
+    return {
+        "count": sum(s["count"] for s in ranges),
+        "min_height": min(s["min_height"] for s in ranges),
+        "min_width": min(s["min_width"] for s in ranges),
+        "max_height": max(s["max_height"] for s in ranges),
+        "max_width": max(s["max_width"] for s in ranges),
+    }
+
+
+def renamed(where: str, old: str, old_value: Any, new: str, new_value: Any) -> Any:
+    """The value of option ``new``, taken from its old name ``old`` with a DeprecationWarning."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise TypeError(f"{where}: pass {new}= only ({old}= is its old name)")
+    warnings.warn(
+        f"{where}({old}=...) is now {new}=...; the old name will be removed in the next release",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    return old_value
+
+
+def entry_points() -> dict[str, tuple[str, ...]]:
+    """Each reading option and the entry points that take it (the README table's source)."""
+    return {f.name: f.metadata["paths"] for f in dataclasses.fields(ReadSpec)}
