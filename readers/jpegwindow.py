@@ -30,11 +30,14 @@ from __future__ import annotations
 import ctypes.util
 import glob
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from readers.decode import decode_array, sniff
 from readers.geometry import Window, scaled_window
+from readers.record import Record
 
 try:
     from readers import _jpegwindow  # type: ignore[attr-defined]
@@ -116,3 +119,28 @@ def decode_window(
         return None  # the record's size disagrees with the JPEG header: let the general path decide
     rows = scratch[: h * row_width * channels].reshape(h, row_width, channels)
     return rows[:, skip : skip + w]
+
+
+def decode_windows(records: Sequence[Record], windows: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each record decoded as ``decode_array`` would, but only its ``windows[i]`` (stored pixels,
+    (top, left, height, width)) when it is a JPEG the window decoder takes: the arrays, and each
+    window in its array's coordinates (0, 0, h, w where only the window was decoded).
+
+    Full size and the accurate IDCT, so the pixels are those of the whole decode's crop.
+    """
+    arrays, inside = [], windows.copy()
+    for i, (record, window) in enumerate(zip(records, windows.tolist())):
+        region = None
+        channels = record.channels or 3
+        if record.encoding == "jpeg" or record.encoding == "original" and sniff(record.data) == "jpeg":
+            scratch = np.empty(window[2] * record.width * channels, np.uint8)
+            stored = (record.height, record.width)
+            region = decode_window(
+                record.data, stored, Window(*window), window[2:], channels, scratch, False, False
+            )
+        if region is None:
+            arrays.append(decode_array(record))
+        else:
+            arrays.append(region)
+            inside[i, :2] = 0
+    return arrays, inside

@@ -9,6 +9,9 @@ decode by the same library (no cropping, no skipped rows) followed by the crop, 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -222,3 +225,57 @@ def test_centre_crop_of_a_stored_jpeg_is_the_crop_of_the_whole_decode(packed, tm
         whole = decode_array(record)
         top, left = (whole.shape[0] - 64) // 2, (whole.shape[1] - 80) // 2
         np.testing.assert_array_equal(image, whole[top : top + 64, left : left + 80])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dali_dataloader_fallback_decodes_only_the_window(packed, tmp_path, monkeypatch, workers):
+    from readers.dali import dali_loader
+
+    source = make_jpeg_folder(tmp_path / "src")
+    path = packed("lmdb", src=source, encode="jpeg", quality=90)
+    options = dict(seed=3, crop=RandomResizedCrop(40), flip=True, device="dataloader", num_workers=workers)
+
+    def epoch() -> torch.Tensor:
+        loader = dali_loader(path, 5, **options)
+        loader.set_epoch(1)
+        return torch.cat([x.clone() for x, _ in loader])
+
+    decoded = {"windows": 0}
+    real = jpegwindow.decode_window
+
+    def counting(*args, **kwargs):
+        region = real(*args, **kwargs)
+        decoded["windows"] += region is not None
+        return region
+
+    monkeypatch.setattr(jpegwindow, "decode_window", counting)
+    windowed = epoch()
+    if workers == 0:  # counted in this process
+        assert decoded["windows"] >= 10
+    monkeypatch.setattr(jpegwindow, "decode_window", lambda *args, **kwargs: None)
+    np.testing.assert_array_equal(windowed.numpy(), epoch().numpy())
+
+
+def test_without_the_window_decoder_the_reads_are_unchanged(packed, tmp_path):
+    # IMGPACK_JPEG_WINDOW=0 (as without the extension): whole decodes, the same batches.
+    source = make_jpeg_folder(tmp_path / "src")
+    path = packed("lmdb", src=source, encode="jpeg", quality=90)
+    script = (
+        "import sys, numpy as np; from readers import jpegwindow, RandomResizedCrop, open_iterable\n"
+        "print(jpegwindow.DECODER is None)\n"
+        "it = open_iterable(sys.argv[1], batch_size=5, layout='HWC', shuffle=False, seed=3,\n"
+        "                   crop=RandomResizedCrop(40), flip=True)\n"
+        "it.set_epoch(2)\n"
+        "np.save(sys.argv[2], np.concatenate([x.numpy() for x, _ in it]))\n"
+    )
+    got = {}
+    for flag in ("0", "1"):
+        out = tmp_path / f"batches-{flag}.npy"
+        env = {**os.environ, "IMGPACK_JPEG_WINDOW": flag}
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(path), str(out)], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [str(flag == "0")]
+        got[flag] = np.load(out)
+    np.testing.assert_array_equal(got["0"], got["1"])

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from readers.dali.feed import BatchFeed, Plan
 from readers.decode import decode_array
+from readers.jpegwindow import decode_windows
 from readers.order import worker_chunks
 
 
@@ -78,7 +79,12 @@ class FallbackBatches(IterableDataset):
         bs, epoch = self.feed.batch_size, int(self._epoch.item())
         for start, _ in worker_chunks(self.feed.batches_in(epoch) * bs, bs, worker, workers, drop_last=False):
             records, plan = self.feed.batch(epoch, start // bs)
-            images = transform_batch([decode_array(r) for r in records], plan, self.feed, self.layout)
+            if plan.windows is not None and plan.sizes is None:  # crops of the stored pixels
+                arrays, windows = decode_windows(records, plan.windows)  # JPEGs: only the window
+                plan = plan._replace(windows=windows)
+            else:
+                arrays = [decode_array(r) for r in records]
+            images = transform_batch(arrays, plan, self.feed, self.layout)
             yield images, torch.tensor([r.label for r in records], dtype=torch.int64)
 
 
