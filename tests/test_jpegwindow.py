@@ -180,11 +180,8 @@ def batches(path: Path, workers: int = 0, **options) -> torch.Tensor:
     return torch.cat([x.clone() for x, _ in loader])
 
 
-@pytest.mark.parametrize("encode", ["jpeg", "original"])
-def test_training_batches_decode_only_the_window_with_identical_pixels(packed, tmp_path, monkeypatch, encode):
-    source = make_jpeg_folder(tmp_path / "src")
-    path = packed("lmdb", src=source, encode=encode, quality=90)
-    calls = {"decoded": 0}
+def counting_decoder(calls: dict):
+    """``jpegwindow.decode_window``, counting in ``calls["decoded"]`` the windows it decoded."""
     real = jpegwindow.decode_window
 
     def counting(*args, **kwargs):
@@ -192,6 +189,15 @@ def test_training_batches_decode_only_the_window_with_identical_pixels(packed, t
         calls["decoded"] += region is not None
         return region
 
+    return counting
+
+
+@pytest.mark.parametrize("encode", ["jpeg", "original"])
+def test_training_batches_decode_only_the_window_with_identical_pixels(packed, tmp_path, monkeypatch, encode):
+    source = make_jpeg_folder(tmp_path / "src")
+    path = packed("lmdb", src=source, encode=encode, quality=90)
+    calls = {"decoded": 0}
+    counting = counting_decoder(calls)
     spec = RandomResizedCrop(40, scale=(0.08, 1.0))
     for options in (
         {"crop": spec, "flip": True},
@@ -240,18 +246,11 @@ def test_dali_dataloader_fallback_decodes_only_the_window(packed, tmp_path, monk
         loader.set_epoch(1)
         return torch.cat([x.clone() for x, _ in loader])
 
-    decoded = {"windows": 0}
-    real = jpegwindow.decode_window
-
-    def counting(*args, **kwargs):
-        region = real(*args, **kwargs)
-        decoded["windows"] += region is not None
-        return region
-
-    monkeypatch.setattr(jpegwindow, "decode_window", counting)
+    calls = {"decoded": 0}
+    monkeypatch.setattr(jpegwindow, "decode_window", counting_decoder(calls))
     windowed = epoch()
     if workers == 0:  # counted in this process
-        assert decoded["windows"] >= 10
+        assert calls["decoded"] >= 10
     monkeypatch.setattr(jpegwindow, "decode_window", lambda *args, **kwargs: None)
     np.testing.assert_array_equal(windowed.numpy(), epoch().numpy())
 
