@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.ma  # noqa: F401 - numpy imports these two on first use (np.unique, the epoch order):
+import numpy.random  # noqa: F401 - once here, not in every DataLoader worker's first batch
 import torch
 from torch.utils.data import get_worker_info
 
