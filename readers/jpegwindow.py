@@ -65,10 +65,29 @@ def _load() -> Any:
     for path in _library_candidates():
         try:
             _jpegwindow.load(path)
-            return _jpegwindow
         except OSError:
             continue  # not libjpeg-turbo, or too old: try the next one
+        return _jpegwindow if _decodes_like_simplejpeg(_jpegwindow) else None
     return None
+
+
+def _decodes_like_simplejpeg(decoder: Any) -> bool:
+    """One small window decoded at load time: a library whose ABI or build does not match the
+    headers (refused) or decodes differently (other pixels) is not used at all."""
+    try:
+        import simplejpeg
+    except ImportError:  # pragma: no cover - simplejpeg is a hard dependency
+        return False
+    y, x = np.mgrid[0:24, 0:40]
+    image = np.stack([x * 6, y * 10, (x + y) * 4], -1).astype(np.uint8)
+    data = simplejpeg.encode_jpeg(image, quality=90)
+    out = np.empty(24 * 40 * 3, np.uint8)
+    result = decoder.decode(data, out, 8, 16, 8, 16, 8, False, False)
+    if result is None:
+        return False
+    row_width, skip = result[0], result[1]
+    region = out[: 8 * row_width * 3].reshape(8, row_width, 3)[:, skip : skip + 16]
+    return bool(np.array_equal(region, simplejpeg.decode_jpeg(data)[8:16, 16:32]))
 
 
 DECODER = _load()

@@ -278,3 +278,21 @@ def test_without_the_window_decoder_the_reads_are_unchanged(packed, tmp_path):
         assert done.stdout.split() == [str(flag == "0")]
         got[flag] = np.load(out)
     np.testing.assert_array_equal(got["0"], got["1"])
+
+
+def test_a_library_that_decodes_differently_is_not_used():
+    # The load-time check: the real decoder passes; one that refuses or gives other pixels fails.
+    assert jpegwindow._decodes_like_simplejpeg(jpegwindow.DECODER)
+
+    class Refusing:
+        def decode(self, *args):
+            return None
+
+    class OffByOne:
+        def decode(self, data, out, *args):
+            result = jpegwindow.DECODER.decode(data, out, *args)
+            out += 1
+            return result
+
+    assert not jpegwindow._decodes_like_simplejpeg(Refusing())
+    assert not jpegwindow._decodes_like_simplejpeg(OffByOne())
