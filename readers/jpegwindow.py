@@ -53,7 +53,9 @@ def _library_candidates() -> list[str]:
     except ImportError:  # pragma: no cover - Pillow is a hard dependency
         return []
     here = os.path.dirname(PIL.__file__)
-    bundled = glob.glob(os.path.join(here, os.pardir, "pillow.libs", "libjpeg*.so*"))
+    bundled = []  # auditwheel names the folder after the distribution (Pillow.libs in older wheels)
+    for libs in ("pillow.libs", "Pillow.libs"):
+        bundled += glob.glob(os.path.join(here, os.pardir, libs, "libjpeg*.so*"))
     bundled += glob.glob(os.path.join(here, ".dylibs", "libjpeg*.dylib"))
     system = ctypes.util.find_library("jpeg")
     return sorted(bundled) + ([system] if system else [])
