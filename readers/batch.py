@@ -232,9 +232,9 @@ class BatchAssembler:
         """
         if get_worker_info() is None:
             return self(records, indices=indices, epoch=epoch)
+        ring = worker_ring()  # first: it settles a fresh worker's garbage collector (see there)
         shape = (len(records), *self.output_shape(records))
         params = self.params(records, indices, epoch)
-        ring = worker_ring()
         nbytes = int(np.prod(shape))
         slot = ring.acquire(nbytes)
         if slot is None:  # the consumer holds every slot: a one-off buffer, shared on pickling
