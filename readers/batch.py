@@ -8,6 +8,9 @@ The buffer is HWC per image, ``(B, H, W, C)`` uint8; records go straight into it
   is reused (a fresh array per image costs page faults worth half a decode), or straight into the
   batch when no crop or resize is needed; the crop is copied from there. With ``resize`` and a stored
   image at least twice as large, libjpeg-turbo's DCT scaling decodes at 1/2, 1/4 or 1/8 scale;
+- a JPEG (or an original file that is one) that is cropped decodes only the crop window's
+  iMCU rows and columns (``readers.jpegwindow``: libjpeg-turbo's ``jpeg_skip_scanlines`` and
+  ``jpeg_crop_scanline``), with the same DCT scaling; the same pixels as decoding it whole;
 - anything else (PNG, BMP, JPEGs simplejpeg refuses) goes through ``readers.decode.decode_array``.
 
 Geometry, applied per image, with the numbers of ``readers.geometry`` (the packer's and DALI's
@@ -41,11 +44,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.ma  # noqa: F401 - numpy imports these two on first use (np.unique, the epoch order):
+import numpy.random  # noqa: F401 - once here, not in every DataLoader worker's first batch
 import torch
 from torch.utils.data import get_worker_info
 
 from readers import resample
-from readers.decode import cv2, decode_array, simplejpeg
+from readers.decode import cv2, decode_array, simplejpeg, sniff
 from readers.errors import ImgpackError
 from readers.geometry import (
     Augment,
@@ -58,6 +63,7 @@ from readers.geometry import (
     resized_size,
     scaled_window,
 )
+from readers.jpegwindow import decode_window
 from readers.record import Record
 from readers.shmring import worker_ring
 
@@ -216,9 +222,9 @@ class BatchAssembler:
         """
         if get_worker_info() is None:
             return self(records, indices=indices, epoch=epoch)
+        ring = worker_ring()  # first: it settles a fresh worker's garbage collector (see there)
         shape = (len(records), *self.output_shape(records))
         params = self.params(records, indices, epoch)
-        ring = worker_ring()
         nbytes = int(np.prod(shape))
         slot = ring.acquire(nbytes)
         if slot is None:  # the consumer holds every slot: a one-off buffer, shared on pickling
@@ -253,6 +259,9 @@ class BatchAssembler:
 
     def _put_centre(self, record: Record, dst: np.ndarray) -> None:
         geo = self.geometry(record.height, record.width)
+        if geo.resized == (record.height, record.width) != geo.out:  # a centre crop of the stored pixels
+            if self._put_jpeg_window(record, dst, Window(geo.top, geo.left, *geo.out)):
+                return
         channels = dst.shape[2]
         src: np.ndarray | None
         if record.encoding == "raw":
@@ -270,6 +279,8 @@ class BatchAssembler:
 
     def _put_window(self, record: Record, dst: np.ndarray, window: Window) -> None:
         """Crop ``window`` (stored pixels) and resize it straight into ``dst``."""
+        if self._put_jpeg_window(record, dst, window):
+            return
         if record.encoding == "jpeg" and simplejpeg is not None:
             src = self._jpeg_for_window(record, window, dst)
         else:
@@ -281,6 +292,25 @@ class BatchAssembler:
             window = scaled_window(window, scale, src.shape[:2])
         top, left, h, w = window
         resize_into(src[top : top + h, left : left + w], dst)
+
+    def _put_jpeg_window(self, record: Record, dst: np.ndarray, window: Window) -> bool:
+        """Decode only ``window`` of a JPEG record (readers.jpegwindow) and resize it into ``dst``;
+        False for other records, or when the window decoder is missing or refuses this JPEG."""
+        if record.encoding == "jpeg":
+            fast_dct, dct_scaling = self.fast_dct, self.dct_scaling
+        elif record.encoding == "original" and sniff(record.data) == "jpeg":
+            fast_dct = dct_scaling = False  # as decode_array decodes originals: accurate, full size
+        else:
+            return False
+        channels = dst.shape[2]
+        scratch = self._scratch(window.height * record.width * channels)
+        stored = (record.height, record.width)
+        out = dst.shape[:2]
+        region = decode_window(record.data, stored, window, out, channels, scratch, fast_dct, dct_scaling)
+        if region is None:
+            return False
+        resize_into(region, dst)
+        return True
 
     def _jpeg_for_window(self, record: Record, window: Window, dst: np.ndarray) -> np.ndarray:
         """The decoded JPEG, at 1/2, 1/4 or 1/8 size when the window stays at least as large as
