@@ -242,16 +242,16 @@ def test_dali_dataloader_fallback_decodes_only_the_window(packed, tmp_path, monk
     options = dict(seed=3, crop=RandomResizedCrop(40), flip=True, device="dataloader", num_workers=workers)
 
     def epoch() -> torch.Tensor:
-        loader = dali_loader(path, 5, **options)
+        loader = dali_loader(path, batch_size=5, **options)
         loader.set_epoch(1)
         return torch.cat([x.clone() for x, _ in loader])
 
     calls = {"decoded": 0}
-    monkeypatch.setattr(jpegwindow, "decode_window", counting_decoder(calls))
+    monkeypatch.setattr(readers.batch, "decode_window", counting_decoder(calls))
     windowed = epoch()
     if workers == 0:  # counted in this process
         assert calls["decoded"] >= 10
-    monkeypatch.setattr(jpegwindow, "decode_window", lambda *args, **kwargs: None)
+    monkeypatch.setattr(readers.batch, "decode_window", lambda *args, **kwargs: None)
     np.testing.assert_array_equal(windowed.numpy(), epoch().numpy())
 
 
