@@ -85,11 +85,15 @@ def parse_index(text: str, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(record offsets, record sizes) from a ``tfrecord2idx`` index."""
     try:
         table = np.array(text.split(), dtype=np.int64).reshape(-1, 2)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise ManifestError(
             f"{where}: malformed tfrecord index ({exc}); rebuild it with `pack reindex DATASET`"
         ) from None
     offsets, sizes = table[:, 0], table[:, 1]
+    if len(offsets) and offsets[0] != 0:
+        raise ManifestError(
+            f"{where}: first record at byte {offsets[0]}, not 0; rebuild it with `pack reindex DATASET`"
+        )
     if len(offsets) and (np.any(sizes < FRAMING) or np.any(offsets[1:] != offsets[:-1] + sizes[:-1])):
         raise ManifestError(
             f"{where}: index entries do not follow each other; rebuild it with `pack reindex DATASET`"
@@ -196,7 +200,14 @@ class TfrecordReader(FormatReader):
         name = index_name(shard.file)
         if self.parts is not None:
             return self.parts.index_text(name, shard.sha256)
-        return self.part_path(name).read_text("ascii")
+        path = self.part_path(name)
+        try:
+            return path.read_text("ascii")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(
+                f"{path}: not a tfrecord index (byte {exc.start} is not ASCII); "
+                f"rebuild it with `pack reindex {self.root}`"
+            ) from None
 
     def _load_index(self, shard: Shard, local_path: str) -> tuple[np.ndarray, np.ndarray]:
         path = self.location(shard.file)

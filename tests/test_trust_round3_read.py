@@ -1,0 +1,145 @@
+"""Trust, round 3 (issue 25), the reading side: damaged indexes and manifests name their file and
+field, remote reads stay inside their time bound, cache and reindex errors say the real cause,
+first-day frictions (bench baseline, half-made output, DataLoader workers, pack info / verify)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import h5py
+import pytest
+
+from packer.verify import verify_dataset
+from readers import open_dataset, open_iterable
+from readers.errors import ManifestError
+from tests.conftest import SAMPLE_DATA, run_cli
+
+SPLIT = {"samples_per_shard": 20}  # 44 samples: shards of 20, 20, 4
+SMALL = {"resize": 32, "crop": 32}
+
+
+def copy_of(packed, fmt: str, tmp_path: Path) -> Path:
+    root = tmp_path / fmt
+    shutil.copytree(packed(fmt, options=SPLIT, **SMALL), root, symlinks=True)
+    return root
+
+
+def read_all(root: Path) -> None:
+    dataset = open_dataset(root)
+    for i in range(len(dataset)):
+        dataset[i]
+
+
+def assert_one_line(proc, *needles: str, rc: int = 1) -> str:
+    """A CLI run that failed with one line naming ``needles`` (no traceback)."""
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == rc, text
+    assert "Traceback" not in text, text
+    for needle in needles:
+        assert needle in text, text
+    return text
+
+
+# -- 11: a damaged TFRecord index or a shard replaced by a directory names the file ---------------
+def _non_ascii(idx: Path) -> None:
+    idx.write_bytes("café 12\n".encode())
+
+
+def _negative(idx: Path) -> None:
+    rows = [line.split() for line in idx.read_text().splitlines()]
+    idx.write_text("".join(f"{int(o) - 100} {s}\n" for o, s in rows))
+
+
+@pytest.mark.parametrize(
+    "damage, needle",
+    [(_non_ascii, "is not ASCII"), (_negative, "first record at byte -100")],
+    ids=["non-ascii", "negative-offsets"],
+)
+def test_damaged_tfrecord_index_names_the_file(packed, tmp_path, damage, needle):
+    root = copy_of(packed, "tfrecord", tmp_path)
+    idx = root / "shard-000000.idx"
+    damage(idx)
+    with pytest.raises(ManifestError, match=re.escape(str(idx)) + ".*" + needle + ".*pack reindex"):
+        read_all(root)
+    with pytest.raises(ManifestError, match=needle):
+        for _ in open_iterable(root, batch_size=8, crop=32):
+            pass
+    assert_one_line(run_cli("verify", root), str(idx), needle)
+    assert_one_line(run_cli("show", root, "-o", tmp_path / "grid.png"), str(idx), needle)
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "tar"])
+def test_shard_replaced_by_a_directory_names_the_file(packed, tmp_path, fmt):
+    root = copy_of(packed, fmt, tmp_path)
+    shard = root / json.loads((root / "manifest.json").read_text())["shards"][0]["file"]
+    shard.unlink()
+    shard.mkdir()
+    needle = "is a directory or special file"
+    with pytest.raises(ManifestError, match=re.escape(str(shard)) + ": " + needle):
+        read_all(root)
+    assert_one_line(run_cli("verify", root), str(shard), needle, "44 samples in 3 shard(s): FAILED")
+    assert_one_line(run_cli("show", root, "-o", tmp_path / "grid.png"), str(shard), needle)
+
+
+# -- 12: manifest integers and HDF5 shapes are bounded, the field named ---------------------------
+def test_manifest_number_of_5000_digits_names_the_field(packed, tmp_path):
+    root = copy_of(packed, "lmdb", tmp_path)
+    path = root / "manifest.json"
+    path.write_text(re.sub(r'"num_samples": \d+', '"num_samples": ' + "9" * 5000, path.read_text()))
+    needle = "field 'num_samples' is a number of more than 30 digits"
+    with pytest.raises(ManifestError, match=needle):
+        open_dataset(root)
+    assert_one_line(run_cli("info", root), needle)
+    assert_one_line(run_cli("verify", root), needle)
+
+
+def test_huge_number_deep_in_the_manifest_names_its_field(packed, tmp_path):
+    root = copy_of(packed, "tar", tmp_path)
+    path = root / "manifest.json"
+    text = re.sub(r'"bytes": \d+', '"bytes": ' + "7" * 4400, path.read_text(), count=1)
+    path.write_text(text)
+    with pytest.raises(ManifestError, match=r"field 'shards\[0\].bytes' is a number of more than 30"):
+        open_dataset(root)
+
+
+def test_hdf5_shapes_entry_beyond_the_stored_sizes_is_named(packed, tmp_path):
+    root = copy_of(packed, "hdf5", tmp_path)
+    part = root / "data-000001.h5"
+    with h5py.File(part, "r+") as fh:
+        fh["shapes"][3] = (100000, 100000, 3)
+    needle = re.escape(str(part)) + ": 'shapes' row 3 is 100000x100000x3, beyond the largest stored"
+    with pytest.raises(ManifestError, match=needle):
+        for _ in open_iterable(root, batch_size=8, resize=32, crop=32):
+            pass
+    assert_one_line(run_cli("info", root), "'shapes' row 3")
+
+
+# -- 20: pack info sees broken parts; pack verify's summary and hints ------------------------------
+def test_pack_info_reports_a_truncated_lmdb(packed, tmp_path):
+    root = copy_of(packed, "lmdb", tmp_path)
+    data = root / "data-000000.lmdb" / "data.mdb"
+    os.truncate(data, data.stat().st_size // 2)
+    text = assert_one_line(run_cli("info", root), str(data), "truncated", f"pack verify {root}")
+    assert "samples   44" in text  # the description is still printed
+    assert run_cli("info", copy_of(packed, "tar", tmp_path)).returncode == 0
+
+
+def test_verify_summary_counts_what_the_manifest_lists(packed, tmp_path):
+    root = copy_of(packed, "lmdb", tmp_path)
+    shutil.rmtree(root / "data-000002.lmdb")
+    report = verify_dataset(root)
+    assert not report.ok and (report.samples, report.shards) == (44, 3)  # not "0 samples in 0 shard(s)"
+
+
+def test_pack_verify_of_an_image_file_says_it_is_a_file(tmp_path):
+    image = next(SAMPLE_DATA.rglob("*.jpg"))
+    text = assert_one_line(run_cli("verify", image), "a file, not a packed dataset")
+    assert f"pack imagefolder {image}" not in text
+    packed_manifest = tmp_path / "ds" / "manifest.json"
+    packed_manifest.parent.mkdir()
+    packed_manifest.write_text("{}")
+    assert_one_line(run_cli("info", packed_manifest), f"open its directory {packed_manifest.parent}")
