@@ -4,6 +4,7 @@ first-day frictions (bench baseline, half-made output, DataLoader workers, pack 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -13,10 +14,12 @@ from pathlib import Path
 import h5py
 import pytest
 
+from packer.formats.base import file_sha256
 from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
 from readers.errors import ManifestError
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.test_trust_read import edit_manifest
 
 SPLIT = {"samples_per_shard": 20}  # 44 samples: shards of 20, 20, 4
 SMALL = {"resize": 32, "crop": 32}
@@ -143,3 +146,32 @@ def test_pack_verify_of_an_image_file_says_it_is_a_file(tmp_path):
     packed_manifest.parent.mkdir()
     packed_manifest.write_text("{}")
     assert_one_line(run_cli("info", packed_manifest), f"open its directory {packed_manifest.parent}")
+
+
+# -- 16: pack reindex refuses member names the index format cannot hold --------------------------
+def _rename_members(shard: Path, rename) -> None:
+    """Rewrite a tar shard with every member renamed by ``rename`` (same bytes, same order)."""
+    import tarfile
+
+    members = []
+    with tarfile.open(shard) as archive:
+        for info in archive:
+            members.append((info, archive.extractfile(info).read()))
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as archive:
+        for info, data in members:
+            info.name = rename(info.name)
+            archive.addfile(info, io.BytesIO(data))
+
+
+def test_reindex_of_member_names_with_a_space_is_refused(packed, tmp_path):
+    root = copy_of(packed, "tar", tmp_path)
+    shard = root / "shard-000001.tar"
+    _rename_members(shard, lambda name: name.replace("s", "s ", 1))
+    entry = {"bytes": shard.stat().st_size, "sha256": file_sha256(shard)}
+    edit_manifest(root, lambda m: m["shards"][1].update(entry))
+    before = (root / "shard-000001.idx").read_bytes()
+    assert_one_line(run_cli("reindex", root), str(shard), "has white space in its name", "rename the members")
+    assert (root / "shard-000001.idx").read_bytes() == before  # nothing half-written
+    (root / "shard-000001.idx").unlink()  # the reader's own rebuild says the same
+    with pytest.raises(ManifestError, match="has white space in its name"):
+        read_all(root)

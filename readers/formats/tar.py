@@ -74,6 +74,12 @@ def scan_tar(fileobj: IO[bytes], where: str = "tar shard") -> list[list[Member]]
             for info in archive:
                 if not info.isreg():
                     continue
+                if any(c.isspace() for c in info.name):
+                    raise ManifestError(
+                        f"{where}: member {info.name!r} has white space in its name, which the DALI "
+                        "wds2idx index (space-separated fields) cannot hold; rename the members "
+                        "(keys and extensions without spaces) or re-pack the images with `pack imagefolder`"
+                    )
                 key, ext = split_member(info.name)
                 if not key or key.endswith("/"):
                     continue
