@@ -35,7 +35,14 @@ from typing import Any
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.lifetime import die_with_parent
-from packer.output import PROGRESS_NAME, check_not_source, open_output, remove_temporaries, replace_output
+from packer.output import (
+    PROGRESS_NAME,
+    check_not_source,
+    clear_ours,
+    open_output,
+    remove_temporaries,
+    replace_output,
+)
 from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
 from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
@@ -221,6 +228,12 @@ class LocalOutput:
     def commit(self, work: Path) -> None:
         replace_output(work, self.out)
 
+    def discard(self, work: Path) -> None:
+        """Remove what this pack wrote into ``work`` (a staging sibling goes, ``out`` stays empty)."""
+        clear_ours(work, "remove")
+        if work != self.out:
+            work.rmdir()
+
 
 def _run_local(writer, parts, spec, workers, on_error, progress, done, save, sink, storage_options) -> None:
     todo = [(p, items) for p, items in parts if p not in done]
@@ -348,7 +361,11 @@ def _pack_into(
     skipped = scan.skipped + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
-        raise ImgpackError(f"{scan.root}: every image was skipped ({len(skipped)}); first reason: {first}")
+        sink.discard(work)  # nothing to resume: a retry must not meet a half-made output
+        raise ImgpackError(
+            f"{scan.root}: every image was skipped ({len(skipped)}), so no dataset was written; "
+            f"first reason: {first}"
+        )
     manifest = Manifest(
         format=fmt,
         num_samples=sum(s.count for s in shards),

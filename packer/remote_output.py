@@ -184,6 +184,10 @@ class RemoteOutput:
         self.delete([n for n in names if n != MANIFEST_NAME])
         self._listing = {}
 
+    def discard(self, work: Path) -> None:
+        """Remove what this pack uploaded (its progress file, parts): nothing is left to resume."""
+        self.clear("remove")
+
     def delete(self, names: list[str]) -> None:
         """Delete objects (named relative to the output) in bulk requests."""
         if names:
