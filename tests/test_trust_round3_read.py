@@ -243,3 +243,31 @@ def test_remote_pack_that_skipped_everything_leaves_nothing(s3, tmp_path):
         proc = run_cli("imagefolder", src, "--to", "tar", "-o", url, "--quiet", *storage)
         assert_one_line(proc, "every image was skipped (2), so no dataset was written")
         assert not fs.exists(url) or not fs.find(url), fs.find(url)
+
+
+# -- 19: a DataLoader that batches whole batches again: one clear line from the workers too -------
+DOUBLE_BATCH = """
+import sys
+from torch.utils.data import DataLoader
+from readers import open_iterable
+it = open_iterable(sys.argv[1], batch_size=8, crop=32, shuffle=True, seed=0)
+for batch in DataLoader(it, batch_size=64, num_workers=2, persistent_workers=True):
+    pass
+"""
+
+
+def test_double_batching_in_workers_is_one_clear_line(packed):
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+
+    root = packed("tar", options=SPLIT, **SMALL)
+    proc = subprocess.run(
+        [sys.executable, "-c", DOUBLE_BATCH, str(root)], capture_output=True, text=True, env=cli_env(), timeout=120
+    )
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("readers.whole_batch.WholeBatchCollatedError: open_iterable(batch_size=B) already"), last
+    assert "DataLoader(dataset, batch_size=None, ...)" in last and "in DataLoader worker process" in last
+    assert "Original Traceback" not in proc.stderr and "Caught WholeBatchCollatedError" not in proc.stderr
