@@ -33,7 +33,7 @@ from packer.formats import FormatWriter, PartResult
 from packer.output import LMDB_DIR, LMDB_FILES, OUR_FILES, OutputLock, manifest_is_ours, progress_is_ours
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
-from readers.remote import RemoteError, remote_call, url_fs
+from readers.remote import Progress, RemoteError, remote_call, url_fs
 
 # How each format's finish runs on a remote output (see the module docstring).
 FINISH = {"tar": "rename", "tfrecord": "rename", "lmdb": "as-is", "hdf5": "local", "bmp": "local"}
@@ -214,16 +214,29 @@ class RemoteOutput:
 
     def upload(self, local: list[Path], names: list[str]) -> None:
         jobs = [(str(f), self.path(n)) for f, n in zip(local, names)]
-        self.each("uploading", self.fs.put_file, jobs)
+        self.each("uploading", self.put_file, jobs, bounded=True)
 
-    def each(self, what: str, fn: Any, jobs: list[tuple]) -> None:
-        """``fn(*job)`` for every job, ``IO_THREADS`` at a time (one request each, no listing)."""
+    def put_file(self, local: str, remote: str) -> None:
+        """One upload, bounded from its last uploaded chunk (a large part may take long)."""
+        from fsspec.callbacks import Callback
+
+        progress = Progress()
+        callback = Callback(hooks={"progress": progress.touch})
+        remote_call(self.url, "uploading", self.fs.put_file, local, remote, callback=callback, progress=progress)
+
+    def each(self, what: str, fn: Any, jobs: list[tuple], bounded: bool = False) -> None:
+        """``fn(*job)`` for every job, ``IO_THREADS`` at a time (one request each, no listing);
+        ``bounded``: ``fn`` makes its own bounded remote calls."""
+
+        def run(job: tuple) -> None:
+            fn(*job) if bounded else self.call(what, fn, *job)
+
         if len(jobs) <= 1:
             for job in jobs:
-                self.call(what, fn, *job)
+                run(job)
             return
         with ThreadPoolExecutor(min(IO_THREADS, len(jobs))) as pool:
-            list(pool.map(lambda job: self.call(what, fn, *job), jobs))
+            list(pool.map(run, jobs))
 
     def stamps(self, names: list[str], sizes: dict[str, int]) -> dict[str, dict[str, Any]]:
         """Size and ETag of each uploaded object, checked against the local size."""

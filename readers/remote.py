@@ -18,7 +18,12 @@ downloads (``.part``, ``.lock``) are removed when a cache is opened.
 Every remote call is bounded: S3 and HTTP filesystems get connect and read timeouts and a small
 number of retries (``REMOTE_DEFAULTS``; any key the user passes in ``storage_options`` wins, and
 ``storage_options["retries"]`` sets s3fs's own retry loop), and a failure becomes a
-``RemoteError`` naming the URL, never an endless wait.
+``RemoteError`` naming the URL, never an endless wait. Those per-request limits multiply (s3fs
+nests its retry loop twice around botocore's attempts), so ``remote_call`` also waits for a call
+at most ``IMGPACK_REMOTE_TIMEOUT`` seconds (default 120) without progress, whatever the backend
+does: the call runs on a helper thread, and a stalled one is abandoned (it ends with its own
+timeouts) while the caller gets the RemoteError. Streams (downloads, uploads) are bounded per
+chunk or from their last progress, not in total.
 """
 
 from __future__ import annotations
@@ -27,22 +32,26 @@ import copy
 import errno
 import hashlib
 import os
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
-from readers.errors import ChecksumError, ImgpackError, ManifestError
+from readers.errors import ChecksumError, ImgpackError, ManifestError, OptionError
 
 DOWNLOAD_CHUNK = 4 << 20
 # Files next to a cached part that are not parts themselves (evicted with their part).
 COMPANION_SUFFIXES = (".idx", ".lock", ".part")
 T = TypeVar("T")
 
-# Seconds and attempts; worst case for one call is about retries * attempts * read_timeout.
+# Seconds and attempts of each request; remote_call bounds the whole call (CALL_BOUND).
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 30
 ATTEMPTS = 2
 RETRIES = 2
+CALL_BOUND_ENV = "IMGPACK_REMOTE_TIMEOUT"
+CALL_BOUND = 120.0  # seconds one remote call may go without progress
 REMOTE_DEFAULTS: dict[str, dict[str, Any]] = {
     "s3": {
         "config_kwargs": {
@@ -59,12 +68,47 @@ class RemoteError(ImgpackError):
     """A remote dataset could not be read: the server failed, refused, or did not answer in time."""
 
 
+def call_bound() -> float:
+    """Seconds a remote call may go without progress: ``$IMGPACK_REMOTE_TIMEOUT``, else 120."""
+    raw = os.environ.get(CALL_BOUND_ENV, "").strip()
+    if not raw:
+        return CALL_BOUND
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise OptionError(f"{CALL_BOUND_ENV}={raw!r}: must be a positive number of seconds")
+    return value
+
+
+def _request_defaults(protocol: str) -> dict[str, Any]:
+    """REMOTE_DEFAULTS for ``protocol``, each request's timeouts within a quarter of the call bound
+    (so an abandoned call also ends soon)."""
+    defaults = copy.deepcopy(REMOTE_DEFAULTS.get(protocol, {}))  # botocore rewrites its retries dict
+    config = defaults.get("config_kwargs")
+    if config is not None:
+        quarter = call_bound() / 4
+        config["connect_timeout"] = min(config["connect_timeout"], quarter)
+        config["read_timeout"] = min(config["read_timeout"], quarter)
+    return defaults
+
+
+class Progress:
+    """Touched by a streaming call (an upload's callback): its bound counts from the last touch."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def touch(self, *args: Any, **kwargs: Any) -> None:
+        self.last = time.monotonic()
+
+
 def bounded_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
     """``storage_options`` with the timeout and retry defaults of the URL's protocol filled in."""
     options = dict(storage_options or {})
     protocol = url.split("://", 1)[0]
-    # Deep-copied: botocore rewrites the retries dict it is given.
-    for key, value in copy.deepcopy(REMOTE_DEFAULTS.get(protocol, {})).items():
+    for key, value in _request_defaults(protocol).items():
         if isinstance(value, dict):
             options[key] = {**value, **options.get(key, {})}
         else:
@@ -80,18 +124,43 @@ def bounded_options(url: str, storage_options: dict[str, Any] | None) -> dict[st
     return options
 
 
-def remote_call(url: str, what: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``call(*args, **kwargs)``, with any failure but a missing object turned into a RemoteError."""
-    try:
-        return call(*args, **kwargs)
-    except (FileNotFoundError, ImgpackError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - fsspec backends raise many kinds; all mean the same
-        raise RemoteError(
-            f"{url}: {what} failed ({type(exc).__name__}: {exc}); the server refused or did not "
-            "answer within the timeouts (set storage_options, e.g. config_kwargs connect_timeout, "
-            "read_timeout, retries for s3); check the URL, credentials and network"
-        ) from None
+def remote_call(
+    url: str, what: str, call: Callable[..., T], *args: Any, progress: Progress | None = None, **kwargs: Any
+) -> T:
+    """``call(*args, **kwargs)``, with any failure but a missing object turned into a RemoteError,
+    and given up with one after ``call_bound()`` seconds without an answer (or, with ``progress``,
+    since its last touch)."""
+    bound = call_bound()
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call(*args, **kwargs)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=run, name="imgpack-remote-call", daemon=True).start()
+    while not done.wait(max(0.05, bound - (time.monotonic() - started))):
+        started = max(started, progress.last) if progress is not None else started
+        if time.monotonic() - started >= bound:
+            raise RemoteError(
+                f"{url}: {what}: no answer from the server for {bound:g} s; the server is stalled "
+                f"or unreachable (check the URL and network; ${CALL_BOUND_ENV} sets this bound)"
+            )
+    ok, value = outcome[0]
+    if ok:
+        return value
+    if isinstance(value, (FileNotFoundError, ImgpackError)) or not isinstance(value, Exception):
+        raise value
+    raise RemoteError(
+        f"{url}: {what} failed ({type(value).__name__}: {value}); the server refused or did not "
+        "answer within the timeouts (set storage_options, e.g. config_kwargs connect_timeout, "
+        "read_timeout, retries for s3); check the URL, credentials and network"
+    ) from None
 
 
 def is_url(path: Any) -> TypeGuard[str]:
@@ -125,6 +194,16 @@ def read_url(url: str, storage_options: dict[str, Any] | None = None) -> bytes:
     """The whole object at ``url``; FileNotFoundError if it does not exist."""
     fs, path = url_fs(url, storage_options)
     return remote_call(url, "reading", fs.cat_file, path)
+
+
+def remote_chunks(fs: Any, remote: str, url: str, what: str) -> Iterator[bytes]:
+    """The object's bytes in DOWNLOAD_CHUNK pieces, each read a bounded remote call."""
+    src = remote_call(url, what, fs.open, remote, "rb", block_size=DOWNLOAD_CHUNK)
+    try:
+        while chunk := remote_call(url, what, src.read, DOWNLOAD_CHUNK):
+            yield chunk
+    finally:
+        src.close()
 
 
 class ShardCache:
@@ -229,16 +308,12 @@ class ShardCache:
         digest = hashlib.sha256()
         got = 0
 
-        def fetch() -> None:
-            nonlocal got
-            with fs.open(remote, "rb", block_size=DOWNLOAD_CHUNK) as src, open(tmp, "wb") as dst:
-                while chunk := src.read(DOWNLOAD_CHUNK):
+        try:
+            with open(tmp, "wb") as dst:
+                for chunk in remote_chunks(fs, remote, url, "downloading"):
                     digest.update(chunk)
                     dst.write(chunk)
                     got += len(chunk)
-
-        try:
-            remote_call(url, "downloading", fetch)
             if (size is not None and got != size) or digest.hexdigest() != sha256:
                 recorded = "not recorded" if size is None else size
                 raise ChecksumError(

@@ -17,6 +17,7 @@ requests, or (with a ``cache_dir``) downloaded whole into it and read from there
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tarfile
@@ -30,7 +31,7 @@ from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file, sha256_of
 from readers.manifest import Shard
 from readers.record import Record
-from readers.remote import remote_call
+from readers.remote import remote_call, remote_chunks
 
 INDEX_VERSION = "v1.2"
 BLOCK = 512
@@ -205,8 +206,10 @@ class TarReader(FormatReader):
         fs, _ = self.parts.fs
         remote = self.parts.remote_path(shard.file)
         if self.verify:
-            actual = remote_call(where, "reading", lambda: sha256_of(fs.open(remote, "rb")))
-            self._check_sha(shard, where, actual)
+            digest = hashlib.sha256()
+            for chunk in remote_chunks(fs, remote, where, "reading"):
+                digest.update(chunk)
+            self._check_sha(shard, where, digest.hexdigest())
         index = self._load_index(shard, where, lambda: fs.open(remote, "rb"))
         return _OpenShard(index, fs=fs, remote=remote, url=where)
 
