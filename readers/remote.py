@@ -34,6 +34,7 @@ import hashlib
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
@@ -66,6 +67,10 @@ REMOTE_DEFAULTS["s3a"] = REMOTE_DEFAULTS["s3"]
 
 class RemoteError(ImgpackError):
     """A remote dataset could not be read: the server failed, refused, or did not answer in time."""
+
+
+class CacheError(ImgpackError):
+    """The local part cache cannot hold or give back a copy (a full disk, permissions)."""
 
 
 def call_bound() -> float:
@@ -268,20 +273,37 @@ class ShardCache:
         self.evict(keep=final)
         return final
 
-    def index_text(self, fs: Any, remote_index: str, url: str, sha256: str) -> str:
-        """The shard's ``.idx`` text, from the cache or fetched once and cached."""
+    def index(self, fs: Any, remote_index: str, url: str, sha256: str, check: Callable[[str, str], T]) -> T:
+        """``check(text, where)`` of the shard's ``.idx``: the cached copy, or when it is missing or
+        fails ``check`` (a damaged cache file), the remote one, cached once it passes."""
         cached = self.dir / f"{sha256}.idx"
         try:
-            return cached.read_text(encoding="ascii")
+            return check(cached.read_text(encoding="ascii"), str(cached))
         except FileNotFoundError:
             pass
-        except (OSError, UnicodeDecodeError):
+        except (UnicodeDecodeError, ManifestError, ChecksumError) as exc:
+            warnings.warn(f"{cached}: cached index is damaged ({exc}); fetching {url} again", stacklevel=3)
             cached.unlink(missing_ok=True)
+        except OSError as exc:
+            raise self.unusable(cached, url, exc) from None
         text = remote_call(url, "reading the index", fs.cat_file, remote_index).decode("ascii", "replace")
+        result = check(text, url)
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}.part")
-        tmp.write_text(text, encoding="ascii", errors="replace")
-        os.replace(tmp, cached)
-        return text
+        try:
+            tmp.write_text(text, encoding="ascii", errors="replace")
+            os.replace(tmp, cached)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise self.unusable(cached, url, exc) from None
+        return result
+
+    def unusable(self, path: Path, url: str, exc: OSError) -> CacheError:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        cause = "the cache's disk is full" if full else f"{exc.strerror or exc}"
+        return CacheError(
+            f"{path}: cannot write or read this cached copy of {url} ({cause}); free space in "
+            f"{self.dir} or choose another cache_dir (cache_size bounds what it keeps)"
+        )
 
     def _usable(self, path: Path, size: int | None, sha256: str, verify: bool) -> bool:
         try:
@@ -309,10 +331,17 @@ class ShardCache:
         got = 0
 
         try:
-            with open(tmp, "wb") as dst:
+            try:
+                dst = open(tmp, "wb")
+            except OSError as exc:
+                raise self.unusable(tmp, url, exc) from None
+            with dst:
                 for chunk in remote_chunks(fs, remote, url, "downloading"):
                     digest.update(chunk)
-                    dst.write(chunk)
+                    try:
+                        dst.write(chunk)
+                    except OSError as exc:
+                        raise self.unusable(tmp, url, exc) from None
                     got += len(chunk)
             if (size is not None and got != size) or digest.hexdigest() != sha256:
                 recorded = "not recorded" if size is None else size

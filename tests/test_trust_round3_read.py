@@ -369,3 +369,77 @@ def test_stalled_server_mid_pack_is_one_line_within_the_bound(stoppable_s3, tmp_
     done, waited = _cli_until_stalled(args, proc, lambda: (tmp_path / "local").exists(), env)
     assert_one_line(done, "s3://imgpack-test/src", "no answer from the server for 3 s")
     assert waited < 4 * BOUND, waited
+
+
+# -- 15: a damaged cached index is fetched again; a full cache disk is named as such --------------
+def _upload(s3, packed, fmt: str, name: str) -> str:
+    fs, _ = s3
+    fs.put(str(packed(fmt, options=SPLIT, **SMALL)), f"imgpack-test/{name}", recursive=True)
+    return f"s3://imgpack-test/{name}"
+
+
+def _garbage(text: str) -> str:
+    return "v1.2 x\nnot an index\n"
+
+
+def _swapped(text: str) -> str:
+    """Still a well-formed index, but of other byte ranges (only verify=True can tell)."""
+    lines = text.splitlines()
+    fields = lines[1].split()
+    fields[2] = str(int(fields[2]) - 1)  # one byte shorter image member
+    return "\n".join([lines[0], " ".join(fields), *lines[2:]]) + "\n"
+
+
+@pytest.mark.parametrize(
+    "fmt, damage, verify",
+    [("tar", _garbage, False), ("tar", _swapped, True), ("tfrecord", _garbage, False)],
+    ids=["tar-garbage", "tar-plausible-verify", "tfrecord-garbage"],
+)
+def test_damaged_cached_index_is_fetched_again(s3, packed, tmp_path, fmt, damage, verify):
+    fs, options = s3
+    url = _upload(s3, packed, fmt, f"cached-idx-{fmt}-{verify}")
+    cache = tmp_path / "cache"
+    reference = [open_dataset(url, storage_options=options, cache_dir=cache)[i][1] for i in range(44)]
+    idx = next(cache.glob("*.idx"))
+    good = idx.read_text()
+    idx.write_text(damage(good))
+    with pytest.warns(UserWarning, match=re.escape(str(idx)) + ": cached index is damaged .* fetching s3://"):
+        dataset = open_dataset(url, storage_options=options, cache_dir=cache, verify=verify)
+        assert [dataset[i][1] for i in range(44)] == reference
+    assert idx.read_text() == good  # the cache holds the remote copy again
+
+
+def test_damaged_remote_index_is_blamed_on_the_remote_copy(s3, packed, tmp_path):
+    fs, options = s3
+    url = _upload(s3, packed, "tar", "bad-remote-idx")
+    fs.pipe(f"{url.removeprefix('s3://')}/shard-000000.idx", b"v1.2 x\n")
+    with pytest.raises(ManifestError, match=re.escape(f"{url}/shard-000000.idx") + ": not a v1.2"):
+        read_all_remote(url, options, tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("*.idx"))  # a bad copy is not cached
+
+
+def read_all_remote(url: str, options: dict, cache: Path) -> None:
+    dataset = open_dataset(url, storage_options=options, cache_dir=cache)
+    for i in range(len(dataset)):
+        dataset[i]
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 16 KB tmpfs: smaller than one part of the test datasets."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True)
+    assert proc.returncode == 0, f"cannot mount a tmpfs: {proc.stderr.decode().strip()}"
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "tar"])
+def test_full_cache_disk_is_named_not_blamed_on_the_server(s3, packed, tiny_disk, fmt):
+    from readers.remote import CacheError
+
+    fs, options = s3
+    url = _upload(s3, packed, fmt, f"full-cache-{fmt}")
+    with pytest.raises(CacheError, match=re.escape(str(tiny_disk)) + r".*the cache's disk is full.*free space"):
+        read_all_remote(url, options, tiny_disk)

@@ -233,12 +233,15 @@ class TarReader(FormatReader):
 
     def _load_index(self, shard: Shard, where: str, open_tar) -> ShardIndex:
         idx_where = self.location(index_name(shard.file))
+
+        def checked(text: str, idx: str) -> ShardIndex:
+            return self._checked_index(shard, where, open_tar, text, idx)
+
         try:
             if self.parts is not None:
-                if self.cache_dir is not None:
-                    text = self.parts.index_text(index_name(shard.file), shard.sha256)
-                else:
-                    text = self.parts.read(index_name(shard.file)).decode("ascii", "replace")
+                if self.cache_dir is not None:  # a damaged cached copy is fetched again
+                    return self.parts.index(index_name(shard.file), shard.sha256, checked)
+                text = self.parts.read(index_name(shard.file)).decode("ascii", "replace")
             else:
                 with open(idx_where, encoding="ascii", errors="replace") as fh:
                     text = fh.read()
@@ -253,6 +256,9 @@ class TarReader(FormatReader):
             )
             with open_tar() as fh:
                 text = format_index(scan_tar(fh, where))
+        return checked(text, idx_where)
+
+    def _checked_index(self, shard: Shard, where: str, open_tar, text: str, idx_where: str) -> ShardIndex:
         index = parse_index(text, idx_where)
         if self.verify:  # the .idx has no checksum of its own: it must agree with the shard
             with open_tar() as fh:

@@ -196,10 +196,7 @@ class TfrecordReader(FormatReader):
         fd, (offsets, sizes) = open_shard_file(path, shard, False, load_index, where)
         return _OpenShard(fd, offsets, sizes)
 
-    def _index_text(self, shard: Shard) -> str:
-        name = index_name(shard.file)
-        if self.parts is not None:
-            return self.parts.index_text(name, shard.sha256)
+    def _local_index_text(self, name: str) -> str:
         path = self.part_path(name)
         try:
             return path.read_text("ascii")
@@ -211,10 +208,19 @@ class TfrecordReader(FormatReader):
 
     def _load_index(self, shard: Shard, local_path: str) -> tuple[np.ndarray, np.ndarray]:
         path = self.location(shard.file)
-        idx = self.location(index_name(shard.file))
+        name = index_name(shard.file)
+
+        def checked(text: str, idx: str) -> tuple[np.ndarray, np.ndarray]:
+            offsets, sizes = parse_index(text, idx)
+            self._check_index(shard, offsets, sizes, idx)
+            return offsets, sizes
+
         try:
-            offsets, sizes = parse_index(self._index_text(shard), idx)
+            if self.parts is not None:  # a damaged cached copy is fetched again
+                return self.parts.index(name, shard.sha256, checked)
+            return checked(self._local_index_text(name), self.location(name))
         except FileNotFoundError:
+            idx = self.location(name)
             warnings.warn(
                 f"{idx}: index missing; rebuilding it from the shard (slow); "
                 f"write it back with `pack reindex {self.root}`",
@@ -222,6 +228,10 @@ class TfrecordReader(FormatReader):
             )
             with open(local_path, "rb") as fh:
                 offsets, sizes = map(np.asarray, scan_records(fh, path))
+            self._check_index(shard, offsets, sizes, idx)
+            return offsets, sizes
+
+    def _check_index(self, shard: Shard, offsets: np.ndarray, sizes: np.ndarray, idx: str) -> None:
         if len(offsets) != shard.count:
             raise ManifestError(
                 f"{idx}: lists {len(offsets)} records, the manifest {shard.count}; "
@@ -229,9 +239,8 @@ class TfrecordReader(FormatReader):
             )
         if len(offsets) and int(offsets[-1] + sizes[-1]) > shard.bytes:
             raise ManifestError(
-                f"{idx}: points past the end of {path}; rebuild it with `pack reindex DATASET`"
+                f"{idx}: points past the end of {self.location(shard.file)}; rebuild it with `pack reindex DATASET`"
             )
-        return offsets, sizes
 
     def _close_handle(self, handle: Any) -> None:
         handle.close()
