@@ -22,7 +22,8 @@ import pytest
 from packer.formats.base import file_sha256
 from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
-from readers.errors import ManifestError
+from readers.errors import ImgpackError, ManifestError
+from readers.formats import READERS
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.test_trust_read import edit_manifest
 
@@ -443,3 +444,82 @@ def test_full_cache_disk_is_named_not_blamed_on_the_server(s3, packed, tiny_disk
     url = _upload(s3, packed, fmt, f"full-cache-{fmt}")
     with pytest.raises(CacheError, match=re.escape(str(tiny_disk)) + r".*the cache's disk is full.*free space"):
         read_all_remote(url, options, tiny_disk)
+
+
+# -- beyond the probe: DALI on damaged datasets, remote tar, a killed py_workers process -----------
+def _damaged(packed, tmp_path: Path, fmt: str, damage: str) -> Path:
+    """A copy of a 44-sample dataset with one image of part 1 corrupted, or part 1 truncated."""
+    encode = "bmp" if fmt == "bmp" else "jpeg"
+    root = tmp_path / f"{fmt}-{damage}"
+    shutil.copytree(packed(fmt, options=SPLIT, encode=encode, **SMALL), root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    part = root / manifest["shards"][1]["file"]
+    part = part / "data.mdb" if part.is_dir() else part
+    if fmt == "bmp":  # its parts are index files: damage one image file instead
+        part = sorted(root.rglob("*.bmp"))[25]
+    data = bytearray(part.read_bytes())
+    if damage == "truncated":
+        os.truncate(part, len(data) // 2)
+        return root
+    if fmt == "bmp":
+        data[:2] = b"XX"
+    else:  # the second JPEG of the part: zero its first bytes after the SOI marker
+        at = data.find(b"\xff\xd8\xff", data.find(b"\xff\xd8\xff") + 1)
+        data[at + 2 : at + 300] = bytes(298)
+    part.write_bytes(bytes(data))
+    return root
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("damage", ["corrupt-image", "truncated"])
+@pytest.mark.parametrize("fmt", sorted(READERS))
+def test_dali_loader_on_a_damaged_dataset_is_a_clear_error(packed, tmp_path, fmt, damage):
+    from readers.dali import dali_loader
+
+    root = _damaged(packed, tmp_path, fmt, damage)
+    with pytest.raises(ImgpackError) as caught:
+        for _ in dali_loader(root, 8, device="cpu", crop=32, shuffle=False):
+            pass
+    message = str(caught.value)
+    assert str(root) in message and "\n" not in message, message
+    if damage == "corrupt-image":  # the sample is named, not DALI's "Critical error in pipeline"
+        assert re.search(r"sample 2\d", message), message
+
+
+def test_remote_tar_through_dali_matches_local(s3, packed, tmp_path):
+    import torch
+
+    from readers.dali import dali_loader
+
+    fs, options = s3
+    local = packed("tar", options=SPLIT, **SMALL)
+    url = _upload(s3, packed, "tar", "dali-tar")
+    kwargs = dict(device="cpu", crop=32, seed=5)
+    want = [(x.clone(), y.clone()) for x, y in dali_loader(local, 8, **kwargs)]
+    for extra in ({}, {"cache_dir": str(tmp_path / "cache")}):
+        got = list(dali_loader(url, 8, reader_options={"storage_options": options, **extra}, **kwargs))
+        assert len(got) == len(want) == 6
+        for (xa, ya), (xb, yb) in zip(got, want):
+            assert torch.equal(ya, yb) and torch.equal(xa, xb)
+
+
+@pytest.mark.timeout(60)
+def test_killed_dali_py_worker_is_an_error_not_a_hang(packed):
+    import psutil
+
+    from readers.dali import dali_loader
+
+    root = packed("lmdb", options=SPLIT, **SMALL)
+    loader = dali_loader(root, 4, device="cpu", crop=32, py_workers=2, shuffle=False)
+    batches = iter(loader)
+    next(batches)
+    workers = psutil.Process().children()
+    assert len(workers) >= 2, workers
+    os.kill(workers[0].pid, signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(ImgpackError, match=f"a DALI py_workers process \\(pid {workers[0].pid}\\) exited with code -9"):
+        for _ in batches:
+            pass
+    assert time.monotonic() - started < 10
+    fresh = dali_loader(root, 4, device="cpu", crop=32, py_workers=2, shuffle=False)
+    assert sum(len(y) for _, y in fresh) == 44  # a new loader reads again
