@@ -222,7 +222,8 @@ class RemoteOutput:
 
         progress = Progress()
         callback = Callback(hooks={"progress": progress.touch})
-        remote_call(self.url, "uploading", self.fs.put_file, local, remote, callback=callback, progress=progress)
+        put = self.fs.put_file
+        remote_call(self.url, "uploading", put, local, remote, callback=callback, progress=progress)
 
     def each(self, what: str, fn: Any, jobs: list[tuple], bounded: bool = False) -> None:
         """``fn(*job)`` for every job, ``IO_THREADS`` at a time (one request each, no listing);

@@ -150,7 +150,7 @@ def read_manifest(root: str | os.PathLike, storage_options: dict[str, Any] | Non
             if root.name == MANIFEST_NAME
             else "pack the folder of images with `pack imagefolder FOLDER --to lmdb -o OUT`, then open OUT"
         )
-        raise ManifestError(f"{root}: a file, not a packed dataset (a directory with {MANIFEST_NAME}); {hint}")
+        raise ManifestError(f"{root}: a file, not a packed dataset (a folder with {MANIFEST_NAME}); {hint}")
     if not path.is_file():
         if (root / PROGRESS_NAME).exists():
             raise ManifestError(

@@ -13,8 +13,8 @@ Without a ``cache_dir`` the parts go to ``default_cache_dir()``: ``$IMGPACK_CACH
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from readers.errors import ManifestError

@@ -16,7 +16,15 @@ import psutil
 import pytest
 
 from tests.conftest import cli_env
-from tests.packrun import SLOW_PACK, copy_source, dataset_arrays, kill_group, run_pack, start_pack, wait_started
+from tests.packrun import (
+    SLOW_PACK,
+    copy_source,
+    dataset_arrays,
+    kill_group,
+    run_pack,
+    start_pack,
+    wait_started,
+)
 
 pytestmark = pytest.mark.timeout(600)
 ARGS = ("--to", "tar", "--samples-per-shard", "6", *SLOW_PACK, "--quiet")
@@ -60,7 +68,9 @@ def source_and_reference(tmp_path_factory):
     return src, dataset_arrays(reference)
 
 
-def test_a_ray_worker_killed_mid_part_then_resume_gives_the_same_dataset(ray_address, source_and_reference, tmp_path):
+def test_a_ray_worker_killed_mid_part_then_resume_gives_the_same_dataset(
+    ray_address, source_and_reference, tmp_path
+):
     src, reference = source_and_reference
     out = tmp_path / "out"
     pack = start_pack(src, "-o", out, *ARGS, "--engine", "ray", "--ray-address", ray_address)
@@ -73,13 +83,17 @@ def test_a_ray_worker_killed_mid_part_then_resume_gives_the_same_dataset(ray_add
     stdout, stderr = pack.communicate(timeout=300)
     if pack.returncode != 0:  # failed cleanly: one line, then --resume finishes it
         assert "Traceback" not in stderr and stderr.strip().count("\n") == 0, stderr
-        rc, text = run_pack(src, "-o", out, *ARGS, "--engine", "ray", "--ray-address", ray_address, "--resume", timeout=300)
+        rc, text = run_pack(
+            src, "-o", out, *ARGS, "--engine", "ray", "--ray-address", ray_address, "--resume", timeout=300
+        )
         assert rc == 0, text
     assert dataset_arrays(out) == reference
     assert not (out / ".ray-staging").exists()
 
 
-def test_a_ray_driver_killed_by_sigkill_then_resume_gives_the_same_dataset(ray_address, source_and_reference, tmp_path):
+def test_a_ray_driver_killed_by_sigkill_then_resume_gives_the_same_dataset(
+    ray_address, source_and_reference, tmp_path
+):
     src, reference = source_and_reference
     out = tmp_path / "out"
     pack = start_pack(src, "-o", out, *ARGS, "--engine", "ray", "--ray-address", ray_address)
@@ -92,8 +106,9 @@ def test_a_ray_driver_killed_by_sigkill_then_resume_gives_the_same_dataset(ray_a
     kill_group(pack.pid)  # the driver (and anything in its session): a real SIGKILL
     pack.wait(timeout=60)
     assert pack.returncode == -signal.SIGKILL
-    rc, text = run_pack(src, "-o", out, *ARGS, "--engine", "ray", "--ray-address", ray_address, "--resume", timeout=300)
+    rc, text = run_pack(
+        src, "-o", out, *ARGS, "--engine", "ray", "--ray-address", ray_address, "--resume", timeout=300
+    )
     assert rc == 0, text
     assert dataset_arrays(out) == reference
     assert not (out / ".ray-staging").exists()
-

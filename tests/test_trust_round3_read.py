@@ -195,7 +195,9 @@ def _source_with_a_truncated_jpeg(tmp_path: Path) -> tuple[Path, Path]:
 def test_bench_baseline_skips_what_the_packer_skipped(tmp_path):
     src, victim = _source_with_a_truncated_jpeg(tmp_path)
     out = tmp_path / "ds"
-    run_cli("imagefolder", src, "--to", "lmdb", "-o", out, "--resize", "32", "--crop", "32", "--quiet", check=True)
+    run_cli(
+        "imagefolder", src, "--to", "lmdb", "-o", out, "--resize", "32", "--crop", "32", "--quiet", check=True
+    )
     report = tmp_path / "bench.json"
     args = ("--workers", "0", "--epochs", "1", "--random-reads", "4", "--json", report, "--quiet")
     proc = run_cli("bench", out, "--baseline", src, *args)
@@ -267,11 +269,17 @@ def test_double_batching_in_workers_is_one_clear_line(packed):
 
     root = packed("tar", options=SPLIT, **SMALL)
     proc = subprocess.run(
-        [sys.executable, "-c", DOUBLE_BATCH, str(root)], capture_output=True, text=True, env=cli_env(), timeout=120
+        [sys.executable, "-c", DOUBLE_BATCH, str(root)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
     )
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("readers.whole_batch.WholeBatchCollatedError: open_iterable(batch_size=B) already"), last
+    assert last.startswith(
+        "readers.whole_batch.WholeBatchCollatedError: open_iterable(batch_size=B) already"
+    ), last
     assert "DataLoader(dataset, batch_size=None, ...)" in last and "in DataLoader worker process" in last
     assert "Original Traceback" not in proc.stderr and "Caught WholeBatchCollatedError" not in proc.stderr
 
@@ -299,8 +307,8 @@ def stopped(proc):
 
 
 def test_remote_call_bound_defaults_and_setting(monkeypatch):
-    from readers.remote import bounded_options, call_bound
     from readers.errors import OptionError
+    from readers.remote import bounded_options, call_bound
 
     monkeypatch.delenv("IMGPACK_REMOTE_TIMEOUT", raising=False)
     assert call_bound() == 120
@@ -315,7 +323,9 @@ def test_remote_call_bound_defaults_and_setting(monkeypatch):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_stalled_server_mid_read_is_a_remote_error_within_the_bound(packed, stoppable_s3, monkeypatch, workers):
+def test_stalled_server_mid_read_is_a_remote_error_within_the_bound(
+    packed, stoppable_s3, monkeypatch, workers
+):
     from readers import make_loader
     from readers.remote import RemoteError
 
@@ -327,7 +337,9 @@ def test_stalled_server_mid_read_is_a_remote_error_within_the_bound(packed, stop
     next(batches)
     with stopped(proc):
         started = time.monotonic()
-        with pytest.raises(RemoteError, match=r"s3://imgpack-test/ds/shard-.*no answer from the server for 3 s"):
+        with pytest.raises(
+            RemoteError, match=r"s3://imgpack-test/ds/shard-.*no answer from the server for 3 s"
+        ):
             for _ in batches:
                 pass
         waited = time.monotonic() - started
@@ -430,7 +442,9 @@ def tiny_disk(tmp_path):
     """A 16 KB tmpfs: smaller than one part of the test datasets."""
     mount = tmp_path / "tiny"
     mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True
+    )
     assert proc.returncode == 0, f"cannot mount a tmpfs: {proc.stderr.decode().strip()}"
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
@@ -442,7 +456,9 @@ def test_full_cache_disk_is_named_not_blamed_on_the_server(s3, packed, tiny_disk
 
     fs, options = s3
     url = _upload(s3, packed, fmt, f"full-cache-{fmt}")
-    with pytest.raises(CacheError, match=re.escape(str(tiny_disk)) + r".*the cache's disk is full.*free space"):
+    with pytest.raises(
+        CacheError, match=re.escape(str(tiny_disk)) + r".*the cache's disk is full.*free space"
+    ):
         read_all_remote(url, options, tiny_disk)
 
 
@@ -517,7 +533,9 @@ def test_killed_dali_py_worker_is_an_error_not_a_hang(packed):
     assert len(workers) >= 2, workers
     os.kill(workers[0].pid, signal.SIGKILL)
     started = time.monotonic()
-    with pytest.raises(ImgpackError, match=f"a DALI py_workers process \\(pid {workers[0].pid}\\) exited with code -9"):
+    with pytest.raises(
+        ImgpackError, match=f"a DALI py_workers process \\(pid {workers[0].pid}\\) exited with code -9"
+    ):
         for _ in batches:
             pass
     assert time.monotonic() - started < 10

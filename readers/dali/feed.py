@@ -203,7 +203,8 @@ class BatchFeed:
             from readers.decode import decode_array, naming_decode_errors
 
             indices = self.batch_indices(epoch, info.iteration)
-            data = list(naming_decode_errors((decode_array(r) for r in records), self.reader, indices, records))
+            decoded = (decode_array(r) for r in records)
+            data = list(naming_decode_errors(decoded, self.reader, indices, records))
         else:
             data = [np.frombuffer(r.data, dtype=np.uint8) for r in records]
         windows = plan.windows if plan.windows is not None else np.zeros((len(records), 4), np.int64)

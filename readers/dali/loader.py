@@ -290,7 +290,8 @@ class DaliLoader:
             records = feed.records(self.epoch, i)
             decoded = (decode_array(r) for r in records)
             try:
-                for _ in naming_decode_errors(decoded, feed.reader, feed.batch_indices(self.epoch, i), records):
+                indices = feed.batch_indices(self.epoch, i)
+                for _ in naming_decode_errors(decoded, feed.reader, indices, records):
                     pass
             except DecodeError as named:
                 return DecodeError(f"{named}; found after DALI's pipeline failed")

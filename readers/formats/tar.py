@@ -28,7 +28,7 @@ from typing import IO, Any
 import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
-from readers.formats.base import FormatReader, open_shard_file, sha256_of
+from readers.formats.base import FormatReader, open_shard_file
 from readers.manifest import Shard
 from readers.record import Record
 from readers.remote import remote_call, remote_chunks

@@ -239,7 +239,8 @@ class TfrecordReader(FormatReader):
             )
         if len(offsets) and int(offsets[-1] + sizes[-1]) > shard.bytes:
             raise ManifestError(
-                f"{idx}: points past the end of {self.location(shard.file)}; rebuild it with `pack reindex DATASET`"
+                f"{idx}: points past the end of {self.location(shard.file)}; "
+                f"rebuild it with `pack reindex {self.root}`"
             )
 
     def _close_handle(self, handle: Any) -> None:
