@@ -305,11 +305,32 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
     """Describe the packed DATASET (a directory or URL)."""
     from readers.manifest import read_manifest
+    from readers.remote import is_url
 
     manifest = read_manifest(dataset, storage_options or None)
+    problem = None if is_url(dataset) else parts_problem(dataset)
     if as_json:
         emit_json(asdict(manifest))
-        return
+    else:
+        click.echo(describe_manifest(dataset, manifest))
+    if problem:
+        click.echo(f"problem: {problem} (a full check: pack verify {dataset})", err=True)
+        sys.exit(1)
+
+
+def parts_problem(dataset: str) -> str | None:
+    """What is wrong with the parts of the local ``dataset`` as its reader opens them (sizes,
+    counts, headers: no checksums), or None."""
+    from readers.formats import open_reader
+
+    try:
+        open_reader(dataset).close()
+    except ImgpackError as exc:
+        return str(exc)
+    return None
+
+
+def describe_manifest(dataset: str, manifest: Any) -> str:
     total = sum(s.bytes for s in manifest.shards)
     pre = ", ".join(f"{k}={v}" for k, v in manifest.preprocess.items() if v not in (None, False))
     lines = [
@@ -325,7 +346,7 @@ def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
         *describe_skips(manifest.skipped),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
-    click.echo("\n".join(lines))
+    return "\n".join(lines)
 
 
 @main.command()

@@ -315,7 +315,11 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     skipped = scan.skipped + [s for r in results for s in r.skipped]
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
-        raise ImgpackError(f"{scan.root}: every image was skipped ({len(skipped)}); first reason: {first}")
+        sink.discard(work)  # nothing to resume: a retry must not meet a half-made output
+        raise ImgpackError(
+            f"{scan.root}: every image was skipped ({len(skipped)}), so no dataset was written; "
+            f"first reason: {first}"
+        )
     manifest = Manifest(
         format=job.fmt,
         num_samples=sum(s.count for s in shards),

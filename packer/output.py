@@ -79,6 +79,10 @@ class Output(Protocol):
         """The manifest is written in ``work``: make the dataset the output's, atomically."""
         ...
 
+    def discard(self, work: Path) -> None:
+        """Remove what this pack wrote (nothing worth resuming: every image was skipped)."""
+        ...
+
 
 class LocalOutput:
     """A local folder: parts stay where they are written, the finished dataset is swapped in."""
@@ -108,6 +112,11 @@ class LocalOutput:
 
     def commit(self, work: Path) -> None:
         replace_output(work, self.out)
+
+    def discard(self, work: Path) -> None:
+        clear_ours(work, "remove")  # a staging sibling goes, ``out`` stays as it was
+        if work != self.out:
+            work.rmdir()
 
 
 def staging_dir(out: Path) -> Path:

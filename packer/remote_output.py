@@ -35,7 +35,7 @@ from packer.output import OutputLock, manifest_is_ours, owned, progress_is_ours
 from readers.errors import ImgpackError
 from readers.formats.registry import format_named, registered
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
-from readers.remote import RemoteError, remote_call, url_fs
+from readers.remote import Progress, RemoteError, remote_call, url_fs
 
 IO_THREADS = 8  # uploads, copies, downloads in flight at once
 UPLOADED = "uploaded"  # PartResult.extra key: {object name: {"size": n, "etag": ...}}
@@ -178,6 +178,10 @@ class RemoteOutput:
         self.delete([n for n in names if n != MANIFEST_NAME])
         self._listing = {}
 
+    def discard(self, work: Path) -> None:
+        """Remove what this pack uploaded (its progress file, parts): nothing is left to resume."""
+        self.clear("remove")
+
     def delete(self, names: list[str]) -> None:
         """Delete objects (named relative to the output) in bulk requests."""
         if names:
@@ -204,16 +208,30 @@ class RemoteOutput:
 
     def upload(self, local: list[Path], names: list[str]) -> None:
         jobs = [(str(f), self.path(n)) for f, n in zip(local, names)]
-        self.each("uploading", self.fs.put_file, jobs)
+        self.each("uploading", self.put_file, jobs, bounded=True)
 
-    def each(self, what: str, fn: Any, jobs: list[tuple]) -> None:
-        """``fn(*job)`` for every job, ``IO_THREADS`` at a time (one request each, no listing)."""
+    def put_file(self, local: str, remote: str) -> None:
+        """One upload, bounded from its last uploaded chunk (a large part may take long)."""
+        from fsspec.callbacks import Callback
+
+        progress = Progress()
+        callback = Callback(hooks={"progress": progress.touch})
+        put = self.fs.put_file
+        remote_call(self.url, "uploading", put, local, remote, callback=callback, progress=progress)
+
+    def each(self, what: str, fn: Any, jobs: list[tuple], bounded: bool = False) -> None:
+        """``fn(*job)`` for every job, ``IO_THREADS`` at a time (one request each, no listing);
+        ``bounded``: ``fn`` makes its own bounded remote calls."""
+
+        def run(job: tuple) -> None:
+            fn(*job) if bounded else self.call(what, fn, *job)
+
         if len(jobs) <= 1:
             for job in jobs:
-                self.call(what, fn, *job)
+                run(job)
             return
         with ThreadPoolExecutor(min(IO_THREADS, len(jobs))) as pool:
-            list(pool.map(lambda job: self.call(what, fn, *job), jobs))
+            list(pool.map(run, jobs))
 
     def stamps(self, names: list[str], sizes: dict[str, int]) -> dict[str, dict[str, Any]]:
         """Size and ETag of each uploaded object, checked against the local size."""

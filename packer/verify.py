@@ -25,6 +25,7 @@ from typing import Any
 from readers.decode import decode_record
 from readers.errors import ChecksumError, ImgpackError
 from readers.formats import FormatReader, open_reader
+from readers.manifest import read_manifest
 from readers.remote import ShardCache, is_url
 
 
@@ -182,6 +183,15 @@ def verify_dataset(
         return _verify(path, {**options, "cache_dir": tmp}, decode, block, workers, progress)
 
 
+def _listed_counts(path: str, options: dict[str, Any]) -> tuple[int, int]:
+    """(samples, parts) the manifest lists, for a report on a dataset whose parts do not open."""
+    try:
+        manifest = read_manifest(path, options.get("storage_options"))
+    except ImgpackError:
+        return 0, 0
+    return manifest.num_samples, len(manifest.shards)
+
+
 def _verify(
     path: str, options: dict[str, Any], decode: bool, block: int, workers: int, progress: bool
 ) -> VerifyReport:
@@ -189,7 +199,7 @@ def _verify(
     try:
         _start_worker(path, options)  # checks the manifest schema and (local) every part's counts
     except ImgpackError as exc:
-        return VerifyReport(path, 0, 0, [str(exc)])
+        return VerifyReport(path, *_listed_counts(path, options), [str(exc)])
     assert _reader is not None
     manifest = _reader.manifest
     report = VerifyReport(path, manifest.num_samples, len(manifest.shards))

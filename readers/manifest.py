@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from readers.errors import ChecksumError, ManifestError
-from readers.manifest_schema import check_schema
+from readers.manifest_schema import check_schema, load_manifest_json
 from readers.remote import is_url
 
 MANIFEST_NAME = "manifest.json"
@@ -144,6 +144,13 @@ def read_manifest(root: str | os.PathLike, storage_options: dict[str, Any] | Non
     path = root / MANIFEST_NAME
     if not root.exists():
         raise ManifestError(f"{root}: no such dataset directory")
+    if root.is_file():
+        hint = (
+            f"open its directory {root.parent}"
+            if root.name == MANIFEST_NAME
+            else "pack the folder of images with `pack imagefolder FOLDER --to lmdb -o OUT`, then open OUT"
+        )
+        raise ManifestError(f"{root}: a file, not a packed dataset (a folder with {MANIFEST_NAME}); {hint}")
     if not path.is_file():
         if (root / PROGRESS_NAME).exists():
             raise ManifestError(
@@ -155,7 +162,7 @@ def read_manifest(root: str | os.PathLike, storage_options: dict[str, Any] | Non
             f"(pack it with `pack imagefolder {root} --to lmdb -o OUT`, then open OUT)"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = load_manifest_json(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ManifestError(f"{path}: unreadable or partial manifest ({exc}); re-pack the dataset") from None
     if not isinstance(data, dict):
@@ -168,7 +175,7 @@ def _read_remote_manifest(root: str, storage_options: dict[str, Any] | None) -> 
 
     url = join_url(root, MANIFEST_NAME)
     try:
-        data = json.loads(read_url(url, storage_options).decode("utf-8"))
+        data = load_manifest_json(read_url(url, storage_options).decode("utf-8"), url)
     except FileNotFoundError:
         raise ManifestError(f"{url}: not found, so {root} is not a complete imgpack dataset") from None
     except OSError as exc:

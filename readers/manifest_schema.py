@@ -9,6 +9,7 @@ format readers when they open it (``FormatReader.check_parts``).
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, TypeGuard
 
@@ -18,6 +19,40 @@ from readers.paths import check_names
 # Far above any real dataset, far below what would make a reader allocate or loop forever.
 MAX_SAMPLES = 1 << 40
 SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class _Oversized:
+    """An integer of more digits than any manifest field can need, kept out of ``int()`` (which
+    refuses more than 4,300 digits with a bare ValueError, and is slow well below that)."""
+
+
+MAX_DIGITS = 30  # far above MAX_SAMPLES and 1 << 62
+
+
+def _parse_int(text: str) -> int:
+    return int(text) if len(text) <= MAX_DIGITS else _Oversized()  # type: ignore[return-value]
+
+
+def _oversized_field(value: Any, field: str = "") -> str | None:
+    if isinstance(value, _Oversized):
+        return field or "(top level)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        name = f"{field}[{key}]" if isinstance(key, int) else f"{field}.{key}" if field else str(key)
+        found = _oversized_field(item, name)
+        if found:
+            return found
+    return None
+
+
+def load_manifest_json(text: str | bytes, where: str) -> Any:
+    """``json.loads`` of a manifest whose integers are bounded: a number of more than MAX_DIGITS
+    digits is a ManifestError naming its field (JSON syntax errors propagate as usual)."""
+    data = json.loads(text, parse_int=_parse_int)
+    field = _oversized_field(data)
+    if field is not None:
+        raise _fail(where, field, "is a number of more than 30 digits")
+    return data
 
 
 def _fail(where: str, field: str, problem: str) -> ManifestError:
@@ -74,6 +109,10 @@ def check_schema(data: dict[str, Any], where: str, encodings: tuple[str, ...], n
     for key, kind in (("skipped", list), ("extra", dict)):
         if key in data:
             _typed(data, key, kind, where)
+    if data.get("stored_sizes") is not None:
+        sizes = _typed(data, "stored_sizes", dict, where)
+        for key in sizes:
+            _int(sizes, key, where, f"stored_sizes.{key}")
     _check_shards(_typed(data, "shards", list, where), num_samples, where)
 
 

@@ -18,20 +18,29 @@ downloads (``.part``, ``.lock``) are removed when a cache is opened.
 Every remote call is bounded: S3 and HTTP filesystems get connect and read timeouts and a small
 number of retries (``REMOTE_DEFAULTS``; any key the user passes in ``storage_options`` wins, and
 ``storage_options["retries"]`` sets s3fs's own retry loop), and a failure becomes a
-``RemoteError`` naming the URL, never an endless wait.
+``RemoteError`` naming the URL, never an endless wait. Those per-request limits multiply (s3fs
+nests its retry loop twice around botocore's attempts), so ``remote_call`` also waits for a call
+at most ``IMGPACK_REMOTE_TIMEOUT`` seconds (default 120) without progress, whatever the backend
+does: the call runs on a helper thread, and a stalled one is abandoned (it ends with its own
+timeouts) while the caller gets the RemoteError. Streams (downloads, uploads) are bounded per
+chunk or from their last progress, not in total.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import os
-from collections.abc import Callable
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
 from readers.checksums import REMOTE_FIX, check_against_manifest, file_sha256
-from readers.errors import ImgpackError, ManifestError
+from readers.errors import ChecksumError, ImgpackError, ManifestError, OptionError
 from readers.process import pid_alive
 
 DOWNLOAD_CHUNK = 4 << 20
@@ -39,11 +48,13 @@ DOWNLOAD_CHUNK = 4 << 20
 COMPANION_SUFFIXES = (".idx", ".lock", ".part")
 T = TypeVar("T")
 
-# Seconds and attempts; worst case for one call is about retries * attempts * read_timeout.
+# Seconds and attempts of each request; remote_call bounds the whole call (CALL_BOUND).
 CONNECT_TIMEOUT = 10
 READ_TIMEOUT = 30
 ATTEMPTS = 2
 RETRIES = 2
+CALL_BOUND_ENV = "IMGPACK_REMOTE_TIMEOUT"
+CALL_BOUND = 120.0  # seconds one remote call may go without progress
 REMOTE_DEFAULTS: dict[str, dict[str, Any]] = {
     "s3": {
         "config_kwargs": {
@@ -60,12 +71,51 @@ class RemoteError(ImgpackError):
     """A remote dataset could not be read: the server failed, refused, or did not answer in time."""
 
 
+class CacheError(ImgpackError):
+    """The local part cache cannot hold or give back a copy (a full disk, permissions)."""
+
+
+def call_bound() -> float:
+    """Seconds a remote call may go without progress: ``$IMGPACK_REMOTE_TIMEOUT``, else 120."""
+    raw = os.environ.get(CALL_BOUND_ENV, "").strip()
+    if not raw:
+        return CALL_BOUND
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise OptionError(f"{CALL_BOUND_ENV}={raw!r}: must be a positive number of seconds")
+    return value
+
+
+def _request_defaults(protocol: str) -> dict[str, Any]:
+    """REMOTE_DEFAULTS for ``protocol``, each request's timeouts within a quarter of the call bound
+    (so an abandoned call also ends soon)."""
+    defaults = copy.deepcopy(REMOTE_DEFAULTS.get(protocol, {}))  # botocore rewrites its retries dict
+    config = defaults.get("config_kwargs")
+    if config is not None:
+        quarter = call_bound() / 4
+        config["connect_timeout"] = min(config["connect_timeout"], quarter)
+        config["read_timeout"] = min(config["read_timeout"], quarter)
+    return defaults
+
+
+class Progress:
+    """Touched by a streaming call (an upload's callback): its bound counts from the last touch."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def touch(self, *args: Any, **kwargs: Any) -> None:
+        self.last = time.monotonic()
+
+
 def bounded_options(url: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
     """``storage_options`` with the timeout and retry defaults of the URL's protocol filled in."""
     options = dict(storage_options or {})
     protocol = url.split("://", 1)[0]
-    # Deep-copied: botocore rewrites the retries dict it is given.
-    for key, value in copy.deepcopy(REMOTE_DEFAULTS.get(protocol, {})).items():
+    for key, value in _request_defaults(protocol).items():
         if isinstance(value, dict):
             options[key] = {**value, **options.get(key, {})}
         else:
@@ -81,18 +131,43 @@ def bounded_options(url: str, storage_options: dict[str, Any] | None) -> dict[st
     return options
 
 
-def remote_call(url: str, what: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``call(*args, **kwargs)``, with any failure but a missing object turned into a RemoteError."""
-    try:
-        return call(*args, **kwargs)
-    except (FileNotFoundError, ImgpackError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - fsspec backends raise many kinds; all mean the same
-        raise RemoteError(
-            f"{url}: {what} failed ({type(exc).__name__}: {exc}); the server refused or did not "
-            "answer within the timeouts (set storage_options, e.g. config_kwargs connect_timeout, "
-            "read_timeout, retries for s3); check the URL, credentials and network"
-        ) from None
+def remote_call(
+    url: str, what: str, call: Callable[..., T], *args: Any, progress: Progress | None = None, **kwargs: Any
+) -> T:
+    """``call(*args, **kwargs)``, with any failure but a missing object turned into a RemoteError,
+    and given up with one after ``call_bound()`` seconds without an answer (or, with ``progress``,
+    since its last touch)."""
+    bound = call_bound()
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, call(*args, **kwargs)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    started = time.monotonic()
+    threading.Thread(target=run, name="imgpack-remote-call", daemon=True).start()
+    while not done.wait(max(0.05, bound - (time.monotonic() - started))):
+        started = max(started, progress.last) if progress is not None else started
+        if time.monotonic() - started >= bound:
+            raise RemoteError(
+                f"{url}: {what}: no answer from the server for {bound:g} s; the server is stalled "
+                f"or unreachable (check the URL and network; ${CALL_BOUND_ENV} sets this bound)"
+            )
+    ok, value = outcome[0]
+    if ok:
+        return value
+    if isinstance(value, (FileNotFoundError, ImgpackError)) or not isinstance(value, Exception):
+        raise value
+    raise RemoteError(
+        f"{url}: {what} failed ({type(value).__name__}: {value}); the server refused or did not "
+        "answer within the timeouts (set storage_options, e.g. config_kwargs connect_timeout, "
+        "read_timeout, retries for s3); check the URL, credentials and network"
+    ) from None
 
 
 def is_url(path: Any) -> TypeGuard[str]:
@@ -126,6 +201,16 @@ def read_url(url: str, storage_options: dict[str, Any] | None = None) -> bytes:
     """The whole object at ``url``; FileNotFoundError if it does not exist."""
     fs, path = url_fs(url, storage_options)
     return remote_call(url, "reading", fs.cat_file, path)
+
+
+def remote_chunks(fs: Any, remote: str, url: str, what: str) -> Iterator[bytes]:
+    """The object's bytes in DOWNLOAD_CHUNK pieces, each read a bounded remote call."""
+    src = remote_call(url, what, fs.open, remote, "rb", block_size=DOWNLOAD_CHUNK)
+    try:
+        while chunk := remote_call(url, what, src.read, DOWNLOAD_CHUNK):
+            yield chunk
+    finally:
+        src.close()
 
 
 class ShardCache:
@@ -190,20 +275,37 @@ class ShardCache:
         self.evict(keep=final)
         return final
 
-    def index_text(self, fs: Any, remote_index: str, url: str, sha256: str) -> str:
-        """The shard's ``.idx`` text, from the cache or fetched once and cached."""
+    def index(self, fs: Any, remote_index: str, url: str, sha256: str, check: Callable[[str, str], T]) -> T:
+        """``check(text, where)`` of the shard's ``.idx``: the cached copy, or when it is missing or
+        fails ``check`` (a damaged cache file), the remote one, cached once it passes."""
         cached = self.dir / f"{sha256}.idx"
         try:
-            return cached.read_text(encoding="ascii")
+            return check(cached.read_text(encoding="ascii"), str(cached))
         except FileNotFoundError:
             pass
-        except (OSError, UnicodeDecodeError):
+        except (UnicodeDecodeError, ManifestError, ChecksumError) as exc:
+            warnings.warn(f"{cached}: cached index is damaged ({exc}); fetching {url} again", stacklevel=3)
             cached.unlink(missing_ok=True)
+        except OSError as exc:
+            raise self.unusable(cached, url, exc) from None
         text = remote_call(url, "reading the index", fs.cat_file, remote_index).decode("ascii", "replace")
+        result = check(text, url)
         tmp = cached.with_name(f".{cached.name}.{os.getpid()}.part")
-        tmp.write_text(text, encoding="ascii", errors="replace")
-        os.replace(tmp, cached)
-        return text
+        try:
+            tmp.write_text(text, encoding="ascii", errors="replace")
+            os.replace(tmp, cached)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise self.unusable(cached, url, exc) from None
+        return result
+
+    def unusable(self, path: Path, url: str, exc: OSError) -> CacheError:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        cause = "the cache's disk is full" if full else f"{exc.strerror or exc}"
+        return CacheError(
+            f"{path}: cannot write or read this cached copy of {url} ({cause}); free space in "
+            f"{self.dir} or choose another cache_dir (cache_size bounds what it keeps)"
+        )
 
     def _usable(self, path: Path, size: int | None, sha256: str, verify: bool) -> bool:
         try:
@@ -226,16 +328,19 @@ class ShardCache:
         digest = hashlib.sha256()
         got = 0
 
-        def fetch() -> None:
-            nonlocal got
-            with fs.open(remote, "rb", block_size=DOWNLOAD_CHUNK) as src, open(tmp, "wb") as dst:
-                while chunk := src.read(DOWNLOAD_CHUNK):
-                    digest.update(chunk)
-                    dst.write(chunk)
-                    got += len(chunk)
-
         try:
-            remote_call(url, "downloading", fetch)
+            try:
+                dst = open(tmp, "wb")
+            except OSError as exc:
+                raise self.unusable(tmp, url, exc) from None
+            with dst:
+                for chunk in remote_chunks(fs, remote, url, "downloading"):
+                    digest.update(chunk)
+                    try:
+                        dst.write(chunk)
+                    except OSError as exc:
+                        raise self.unusable(tmp, url, exc) from None
+                    got += len(chunk)
             check_against_manifest(url, digest.hexdigest(), sha256, got, size, REMOTE_FIX)
             os.replace(tmp, final)
             self.checked.add((str(final), final.stat().st_ino, final.stat().st_mtime_ns))

@@ -13,11 +13,14 @@ Without a ``cache_dir`` the parts go to ``default_cache_dir()``: ``$IMGPACK_CACH
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from readers.errors import ManifestError
 from readers.remote import ShardCache, join_url, remote_call, url_fs
+
+T = TypeVar("T")
 
 
 def default_cache_dir() -> Path:
@@ -86,10 +89,11 @@ class RemoteParts:
         except FileNotFoundError:
             raise self.missing(name) from None
 
-    def index_text(self, name: str, sha256: str) -> str:
-        """The text of the sidecar ``name`` of the part whose sha256 is ``sha256``, cached once."""
+    def index(self, name: str, sha256: str, check: Callable[[str, str], T]) -> T:
+        """``check(text, where)`` of the sidecar ``name`` of the part whose sha256 is ``sha256``,
+        cached once; a cached copy that fails ``check`` is fetched again."""
         fs, _ = self.fs
-        return self.cache.index_text(fs, self.remote_path(name), self.url(name), sha256)
+        return self.cache.index(fs, self.remote_path(name), self.url(name), sha256, check)
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
         """Bytes [start, end) of the object ``name`` (all of it by default), one request."""

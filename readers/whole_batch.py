@@ -27,6 +27,15 @@ FIX = (
 class WholeBatchCollatedError(ImgpackError, TypeError):
     """A DataLoader tried to collate batches that ``open_iterable`` had already assembled."""
 
+    def __init__(self, message: str = FIX):
+        # torch re-raises a worker's error in the main process as type(exc)("Caught ... in
+        # DataLoader worker process N.\nOriginal Traceback ..."): keep the one line that says
+        # what to do (the worker's frames are torch's collate, no help to the user).
+        head, _, rest = message.partition("\n")
+        if head.startswith("Caught ") and rest.startswith("Original Traceback"):
+            message = f"{FIX} (raised {head.split(' ', 2)[-1].rstrip('.')})"
+        super().__init__(message)
+
 
 class WholeBatch(tuple):
     """``(images, labels)`` as built by a worker; a tuple that ``default_collate`` refuses."""

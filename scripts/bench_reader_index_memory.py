@@ -84,7 +84,7 @@ def make_hdf5(root: Path, n: int, per_part: int) -> None:
         with h5py.File(root / name, "w") as fh:
             fh.create_dataset("images", data=np.zeros(0, np.uint8))
             fh.create_dataset("offsets", data=np.zeros(count + 1, np.int64))
-            fh.create_dataset("shapes", data=np.zeros((count, 3), np.int32))
+            fh.create_dataset("shapes", data=np.tile(np.array([1, 1, 3], np.int32), (count, 1)))  # 1x1 RGB
             fh.create_dataset("labels", data=np.zeros(count, np.int64))
             fh.create_dataset("crc32", data=np.zeros(count, np.uint32))
             fh.attrs[MANIFEST_ATTR] = "{}"

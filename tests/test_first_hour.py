@@ -119,7 +119,10 @@ def test_every_file_failing_names_the_first_reason(tmp_path):
     (src / "b.jpg").write_bytes(b"")
     proc = run_cli("imagefolder", tmp_path / "src", "--to", "lmdb", "-o", tmp_path / "o", "-q")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "every image was skipped (2); first reason: cats/a.jpg: not an image" in proc.stderr
+    assert (
+        "every image was skipped (2), so no dataset was written; first reason: cats/a.jpg: not an image"
+        in proc.stderr
+    )
 
 
 # -- reading ------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ sampler as imgpack's), Pillow's bilinear resize of the window, a left-right flip
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ from torch.utils.data import Dataset
 
 from packer.preprocess import PreprocessSpec, resize_image, target_size
 from packer.source import scan_folder
+from readers.errors import DecodeError
 from readers.geometry import TRIES, RandomResizedCrop, centre_window, flip_probability
 
 
@@ -35,11 +38,18 @@ class ImageFolderBaseline(Dataset):
         decode: str = "tensor",
         crop: RandomResizedCrop | None = None,
         flip: bool | float = False,
+        skip: Collection[str] = (),
     ):
+        """``skip``: paths relative to ``root`` (posix) left out, the files the packer skipped."""
         scan = scan_folder(root)
         self.root = str(root)
         self.classes = scan.classes
-        self.samples = [(item.path, item.label) for item in scan.items]
+        skip = set(skip)
+        self.samples = [
+            (item.path, item.label)
+            for item in scan.items
+            if not skip or Path(os.path.relpath(item.path, root)).as_posix() not in skip
+        ]
         self.spec = PreprocessSpec.from_dict(preprocess) if preprocess else None
         if self.spec is not None and self.spec.encode == "original":
             self.spec = None  # the packed data kept the source bytes: no resize to mirror
@@ -84,7 +94,13 @@ class ImageFolderBaseline(Dataset):
         if self.decode == "bytes":
             with open(path, "rb") as fh:
                 return fh.read(), label
-        img = self.load(path)
+        try:
+            img = self.load(path)
+        except (OSError, SyntaxError, ValueError) as exc:  # what Pillow raises for a damaged file
+            raise DecodeError(
+                f"{path}: the baseline cannot decode it ({exc}); remove it from {self.root}, or pack "
+                "the folder first (pack bench skips what the packer skipped)"
+            ) from None
         if self.decode == "pil":
             return img, label
         from readers.decode import to_output

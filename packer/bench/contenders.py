@@ -25,7 +25,6 @@ from packer.bench.baseline import ImageFolderBaseline, collate_list
 from packer.bench.harness import BenchError, folder_bytes
 from packer.bench.model import DatasetInfo, Settings, Target
 from packer.preprocess import PreprocessSpec
-from packer.source import scan_folder
 from readers.manifest import read_manifest
 
 
@@ -38,9 +37,9 @@ def fixed_size(preprocess: dict[str, Any] | None) -> tuple[int, int] | None:
 def describe(target: Target, settings: Settings) -> DatasetInfo:
     """Size on disk, sample count and the read path a target will use."""
     if target.kind == "baseline":
-        scan = scan_folder(target.path)
-        disk = sum(os.stat(item.path).st_size for item in scan.items)
-        n = len(scan.items)
+        samples = ImageFolderBaseline(target.path, skip=target.skip).samples
+        disk = sum(os.stat(path).st_size for path, _ in samples)
+        n = len(samples)
         size = fixed_size(target.preprocess) if settings.augment == "none" else (settings.augment_size,) * 2
         read_path = "sample+stack" if size and settings.decode in ("tensor", "numpy") else "sample+list"
         fmt, encoding = "imagefolder", "original"
@@ -161,6 +160,7 @@ def open_loader(target: Target, info: DatasetInfo, workers: int, settings: Setti
     batch, options = settings.batch_size, settings.read_options()
     if target.kind == "baseline":
         pre, decode, seed = target.preprocess, settings.decode, settings.seed
+        options["skip"] = target.skip
         return baseline_path(target.path, pre, decode, batch, workers, seed, collate, **options)
     options.update(shuffle=True, seed=settings.seed)
     if info.read_path == "batch":
@@ -185,7 +185,7 @@ def measure_random_access(target: Target, settings: Settings) -> dict[str, Any] 
     if target.kind == "baseline":
 
         def make(kind: str) -> Any:
-            return ImageFolderBaseline(target.path, target.preprocess, kind)
+            return ImageFolderBaseline(target.path, target.preprocess, kind, skip=target.skip)
     else:
         from readers.dataset import open_dataset
 

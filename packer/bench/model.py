@@ -57,6 +57,7 @@ class Target:
     kind: str  # packed | baseline | dali
     path: str
     preprocess: dict[str, Any] | None = None  # baseline only: the resize/crop to apply on the fly
+    skip: tuple[str, ...] = ()  # baseline only: the source files the packer skipped (relative)
 
 
 @dataclass

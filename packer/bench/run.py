@@ -112,7 +112,14 @@ def plan_targets(
             notes.append(
                 f"the baseline resizes like {datasets[0]}; {', '.join(others)} store a different output size"
             )
-        targets.insert(0, Target(BASELINE_NAME, "baseline", str(baseline), preprocess))
+        skip = tuple(entry["path"] for entry in manifests[0].skipped if "path" in entry)
+        if skip:
+            first = manifests[0].skipped[0]
+            notes.append(
+                f"the baseline skips the {len(skip)} file(s) that packing {datasets[0]} skipped "
+                f"(first: {first.get('path')}: {first.get('reason')})"
+            )
+        targets.insert(0, Target(BASELINE_NAME, "baseline", str(baseline), preprocess, skip))
     return targets, (preprocess if baseline is not None else None), notes
 
 

@@ -188,11 +188,14 @@ class BatchFeed:
 
     def __call__(self, info: Any) -> tuple[Any, ...]:
         """DALI ``external_source`` callback (``batch=True, batch_info=True``): see ``output_names``."""
-        records, plan = self.batch(self.base_epoch + info.epoch_idx, info.iteration)
+        epoch = self.base_epoch + info.epoch_idx
+        records, plan = self.batch(epoch, info.iteration)
         if self.encoding in PIXEL_ENCODINGS:
-            from readers.decode import decode_array
+            from readers.decode import decode_array, naming_decode_errors
 
-            data = [decode_array(r) for r in records]
+            indices = self.batch_indices(epoch, info.iteration)
+            decoded = (decode_array(r) for r in records)
+            data = list(naming_decode_errors(decoded, self.reader, indices, records))
         else:
             data = [np.frombuffer(r.data, dtype=np.uint8) for r in records]
         windows = plan.windows if plan.windows is not None else np.zeros((len(records), 4), np.int64)

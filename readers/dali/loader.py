@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -58,11 +60,13 @@ import torch
 
 from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
-from readers.errors import ImgpackError, OptionError
+from readers.errors import DecodeError, ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.order import OrderSpec, resolve_rank
 from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
 from readers.spec import ReadSpec
+
+WATCH_INTERVAL = 0.5  # seconds between checks that the py_workers processes are alive
 
 logger = logging.getLogger("imgpack.dali")
 DEVICES = ("auto", "gpu", "cpu", "dataloader")
@@ -216,14 +220,91 @@ class DaliLoader:
         if self._iterator is None or self._next_epoch != self.epoch:
             self._build(self.epoch)
         done = False
+        batch = 0
         try:
-            for out in self._iterator:
-                yield out[0]["images"], out[0]["labels"]
+            try:
+                for out in self._watched(self._iterator):
+                    yield out[0]["images"], out[0]["labels"]
+                    batch += 1
+            except RuntimeError as exc:  # a py_workers process died, or DALI's decoder failed
+                raise (self._worker_death() or self._named_failure(exc, batch)) from None
             done = True
             self._next_epoch = self.epoch + 1
         finally:
             if not done:  # abandoned mid-epoch: the pipeline cannot rewind, start afresh next time
                 self._iterator = None
+
+    def _watched(self, iterator: Any) -> Iterator[Any]:
+        """``iterator``'s items; with ``py_workers`` each is fetched on a helper thread while the
+        worker processes are watched, because DALI blocks for ever when one is killed (on a
+        semaphore the dead process held): that becomes an error instead of a hang."""
+        if not self.py_workers:
+            yield from iterator
+            return
+        requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+        def fetch() -> None:  # a daemon thread: one stuck on a dead worker must not block exit
+            while requests.get():
+                try:
+                    results.put((True, next(iterator)))
+                except BaseException as exc:  # noqa: BLE001 - handed to the consumer, StopIteration too
+                    results.put((False, exc))
+                    return
+
+        threading.Thread(target=fetch, name="imgpack-dali-fetch", daemon=True).start()
+        try:
+            while True:
+                requests.put(True)
+                while True:
+                    try:
+                        ok, value = results.get(timeout=WATCH_INTERVAL)
+                        break
+                    except queue.Empty:
+                        death = self._worker_death()
+                        if death is not None:
+                            raise death from None
+                if not ok:
+                    if isinstance(value, StopIteration):
+                        return
+                    raise value
+                yield value
+        finally:
+            requests.put(False)
+
+    def _worker_death(self) -> ImgpackError | None:
+        """An error naming a DALI py_workers process that has exited, or None."""
+        for pipe in getattr(self._iterator, "_pipes", None) or []:
+            pool = getattr(getattr(pipe, "_py_pool", None), "pool", None)
+            for process in getattr(pool, "_processes", None) or []:
+                if process.exitcode is not None:
+                    return ImgpackError(
+                        f"{self.feed.path}: a DALI py_workers process (pid {process.pid}) exited "
+                        f"with code {process.exitcode} (killed?); this loader's pipeline cannot go "
+                        "on: build a new dali_loader (and resume from its state_dict), or pass py_workers=0"
+                    )
+        return None
+
+    def _named_failure(self, exc: RuntimeError, batch: int) -> ImgpackError:
+        """A DecodeError naming the sample that failed in DALI's pipeline, found by decoding batch
+        ``batch`` and the ones DALI may have prefetched past it with imgpack's own decoder."""
+        from readers.decode import decode_array, naming_decode_errors
+
+        feed = self.feed
+        for i in range(batch, min(batch + self.prefetch + 2, feed.batches_in(self.epoch))):
+            records = feed.records(self.epoch, i)
+            decoded = (decode_array(r) for r in records)
+            try:
+                indices = feed.batch_indices(self.epoch, i)
+                for _ in naming_decode_errors(decoded, feed.reader, indices, records):
+                    pass
+            except DecodeError as named:
+                return DecodeError(f"{named}; found after DALI's pipeline failed")
+        cause = next((line.strip() for line in str(exc).splitlines() if "failure" in line), str(exc)[:200])
+        return DecodeError(
+            f"{feed.path}: DALI's pipeline failed at batch {batch} of epoch {self.epoch} ({cause}); "
+            f"run `pack verify {feed.path}`, or read with device=\"dataloader\""
+        )
 
     def _build(self, epoch: int) -> None:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator

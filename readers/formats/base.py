@@ -7,6 +7,7 @@ and drop open handles when pickled, so a reader can be handed to worker processe
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -42,7 +43,9 @@ def open_shard_file(
             f"{where}: shard listed in the manifest is missing; copy it again or re-pack the dataset"
         ) from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        check_regular(st, where)
+        size = st.st_size
         if size < shard.bytes:
             raise ManifestError(
                 f"{where}: shard is truncated ({size} of {shard.bytes} bytes); "
@@ -62,6 +65,15 @@ def dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def check_regular(st: os.stat_result, where: str) -> None:
+    """A part the manifest lists must be a plain file (a directory in its place is a bad copy)."""
+    if not stat.S_ISREG(st.st_mode):
+        raise ManifestError(
+            f"{where}: is a directory or special file, not the data file the manifest lists; "
+            "copy that file again or re-pack the dataset"
+        )
 
 
 class FormatReader:
@@ -143,6 +155,7 @@ class FormatReader:
         if not self.verify:
             return
         st = os.stat(path)
+        check_regular(st, where)
         key = (os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if key in self._sha_checked:
             return

@@ -39,6 +39,7 @@ MANIFEST_ATTR = "imgpack_manifest"
 CHUNK_CACHE_BYTES = 4 << 20
 CHUNK_CACHE_SLOTS = 10007  # a prime, well above the number of chunks the cache can hold
 FLAT_CHUNK_BYTES = 1 << 20
+MAX_PIXELS = 89_478_485  # the packer's default max_pixels (Pillow's bomb limit)
 
 
 def shard_name(position: int) -> str:
@@ -144,10 +145,33 @@ class Hdf5Reader(FormatReader):
         part = Hdf5Part(path, entry.count, self.manifest.encoding, **kwargs)
         try:
             self.check_labels(part.labels, f"{where}: 'labels'")
+            if part.shapes is not None:
+                self._check_shapes(part.shapes, where)
         except BaseException:
             part.close()
             raise
         return part
+
+    def _check_shapes(self, shapes: np.ndarray, where: str) -> None:
+        """Every ``shapes`` row within what the manifest says was stored, so a corrupt row is
+        named here rather than sizing a batch buffer (100000 x 100000 px) later."""
+        stored = self.manifest.stored_sizes
+        if stored:
+            high_h, high_w = stored["max_height"], stored["max_width"]
+            bad = (shapes[:, 0] > high_h) | (shapes[:, 1] > high_w)
+            limit = f"the largest stored image ({high_h}x{high_w}, the manifest's stored_sizes)"
+        else:  # packed before stored_sizes was recorded: the packer's pixel bound
+            pixels = int(self.manifest.preprocess.get("max_pixels") or MAX_PIXELS)
+            bad = shapes[:, 0].astype(np.int64) * shapes[:, 1] > pixels
+            limit = f"the packer's max_pixels ({pixels})"
+        bad |= ~np.isin(shapes[:, 2], (1, 3)) | (shapes[:, 0] < 1) | (shapes[:, 1] < 1)
+        if bad.any():
+            k = int(np.argmax(bad))
+            h, w, c = shapes[k].tolist()
+            raise ManifestError(
+                f"{where}: 'shapes' row {k} is {h}x{w}x{c}, beyond {limit} or not 1 or 3 channels; "
+                "the file is corrupt, re-pack the dataset"
+            )
 
     def check_parts(self) -> None:
         for shard in range(len(self.manifest.shards)):

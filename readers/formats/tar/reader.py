@@ -17,6 +17,7 @@ requests, or (with a ``cache_dir``) downloaded whole into it and read from there
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tarfile
@@ -26,12 +27,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from readers.checksums import check_against_manifest, sha256_of
+from readers.checksums import check_against_manifest
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file
 from readers.manifest import Shard
 from readers.record import Record
-from readers.remote import remote_call
+from readers.remote import remote_call, remote_chunks
 
 INDEX_VERSION = "v1.2"
 BLOCK = 512
@@ -75,6 +76,12 @@ def scan_tar(fileobj: IO[bytes], where: str = "tar shard") -> list[list[Member]]
             for info in archive:
                 if not info.isreg():
                     continue
+                if any(c.isspace() for c in info.name):
+                    raise ManifestError(
+                        f"{where}: member {info.name!r} has white space in its name, which the DALI "
+                        "wds2idx index (space-separated fields) cannot hold; rename the members "
+                        "(keys and extensions without spaces) or re-pack the images with `pack imagefolder`"
+                    )
                 key, ext = split_member(info.name)
                 if not key or key.endswith("/"):
                     continue
@@ -200,8 +207,10 @@ class TarReader(FormatReader):
         fs, _ = self.parts.fs
         remote = self.parts.remote_path(shard.file)
         if self.verify:
-            actual = remote_call(where, "reading", lambda: sha256_of(fs.open(remote, "rb")))
-            self._check_sha(shard, where, actual)
+            digest = hashlib.sha256()
+            for chunk in remote_chunks(fs, remote, where, "reading"):
+                digest.update(chunk)
+            self._check_sha(shard, where, digest.hexdigest())
         index = self._load_index(shard, where, lambda: fs.open(remote, "rb"))
         return _OpenShard(index, fs=fs, remote=remote, url=where)
 
@@ -221,12 +230,15 @@ class TarReader(FormatReader):
 
     def _load_index(self, shard: Shard, where: str, open_tar) -> ShardIndex:
         idx_where = self.location(index_name(shard.file))
+
+        def checked(text: str, idx: str) -> ShardIndex:
+            return self._checked_index(shard, where, open_tar, text, idx)
+
         try:
             if self.parts is not None:
-                if self.cache_dir is not None:
-                    text = self.parts.index_text(index_name(shard.file), shard.sha256)
-                else:
-                    text = self.parts.read(index_name(shard.file)).decode("ascii", "replace")
+                if self.cache_dir is not None:  # a damaged cached copy is fetched again
+                    return self.parts.index(index_name(shard.file), shard.sha256, checked)
+                text = self.parts.read(index_name(shard.file)).decode("ascii", "replace")
             else:
                 with open(idx_where, encoding="ascii", errors="replace") as fh:
                     text = fh.read()
@@ -241,6 +253,9 @@ class TarReader(FormatReader):
             )
             with open_tar() as fh:
                 text = format_index(scan_tar(fh, where))
+        return checked(text, idx_where)
+
+    def _checked_index(self, shard: Shard, where: str, open_tar, text: str, idx_where: str) -> ShardIndex:
         index = parse_index(text, idx_where)
         if self.verify:  # the .idx has no checksum of its own: it must agree with the shard
             with open_tar() as fh:

@@ -77,11 +77,15 @@ def parse_index(text: str, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(record offsets, record sizes) from a ``tfrecord2idx`` index."""
     try:
         table = np.array(text.split(), dtype=np.int64).reshape(-1, 2)
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise ManifestError(
             f"{where}: malformed tfrecord index ({exc}); rebuild it with `pack reindex DATASET`"
         ) from None
     offsets, sizes = table[:, 0], table[:, 1]
+    if len(offsets) and offsets[0] != 0:
+        raise ManifestError(
+            f"{where}: first record at byte {offsets[0]}, not 0; rebuild it with `pack reindex DATASET`"
+        )
     if len(offsets) and (np.any(sizes < FRAMING) or np.any(offsets[1:] != offsets[:-1] + sizes[:-1])):
         raise ManifestError(
             f"{where}: index entries do not follow each other; rebuild it with `pack reindex DATASET`"
@@ -214,19 +218,31 @@ class TfrecordReader(FormatReader):
         fd, (offsets, sizes) = open_shard_file(path, shard, False, load_index, where)
         return _OpenShard(fd, offsets, sizes)
 
-    def _index_text(self, shard: Shard) -> str:
-        name = index_name(shard.file)
-        if self.parts is not None:
-            return self.parts.index_text(name, shard.sha256)
-        # A damaged index is reported by the parser as not an index, like any other bad line.
-        return self.part_path(name).read_bytes().decode("ascii", "replace")
+    def _local_index_text(self, name: str) -> str:
+        path = self.part_path(name)
+        try:
+            return path.read_text("ascii")
+        except UnicodeDecodeError as exc:
+            raise ManifestError(
+                f"{path}: not a tfrecord index (byte {exc.start} is not ASCII); "
+                f"rebuild it with `pack reindex {self.root}`"
+            ) from None
 
     def _load_index(self, shard: Shard, local_path: str) -> tuple[np.ndarray, np.ndarray]:
         path = self.location(shard.file)
-        idx = self.location(index_name(shard.file))
+        name = index_name(shard.file)
+
+        def checked(text: str, idx: str) -> tuple[np.ndarray, np.ndarray]:
+            offsets, sizes = parse_index(text, idx)
+            self._check_index(shard, offsets, sizes, idx)
+            return offsets, sizes
+
         try:
-            offsets, sizes = parse_index(self._index_text(shard), idx)
+            if self.parts is not None:  # a damaged cached copy is fetched again
+                return self.parts.index(name, shard.sha256, checked)
+            return checked(self._local_index_text(name), self.location(name))
         except FileNotFoundError:
+            idx = self.location(name)
             warnings.warn(
                 f"{idx}: index missing; rebuilding it from the shard (slow); "
                 f"write it back with `pack reindex {self.root}`",
@@ -234,6 +250,10 @@ class TfrecordReader(FormatReader):
             )
             with open(local_path, "rb") as fh:
                 offsets, sizes = map(np.asarray, scan_records(fh, path))
+            self._check_index(shard, offsets, sizes, idx)
+            return offsets, sizes
+
+    def _check_index(self, shard: Shard, offsets: np.ndarray, sizes: np.ndarray, idx: str) -> None:
         if len(offsets) != shard.count:
             raise ManifestError(
                 f"{idx}: lists {len(offsets)} records, the manifest {shard.count}; "
@@ -241,9 +261,9 @@ class TfrecordReader(FormatReader):
             )
         if len(offsets) and int(offsets[-1] + sizes[-1]) > shard.bytes:
             raise ManifestError(
-                f"{idx}: points past the end of {path}; rebuild it with `pack reindex DATASET`"
+                f"{idx}: points past the end of {self.location(shard.file)}; "
+                f"rebuild it with `pack reindex {self.root}`"
             )
-        return offsets, sizes
 
     def _close_handle(self, handle: Any) -> None:
         handle.close()
