@@ -19,11 +19,11 @@ from pathlib import Path
 import h5py
 import pytest
 
-from packer.formats.base import file_sha256
 from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
+from readers.checksums import file_sha256
 from readers.errors import ImgpackError, ManifestError
-from readers.formats import READERS
+from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.test_trust_read import edit_manifest
 
@@ -493,13 +493,13 @@ def _damaged(tmp_path: Path, fmt: str, damage: str) -> Path:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("damage", ["corrupt-image", "truncated"])
-@pytest.mark.parametrize("fmt", sorted(READERS))
+@pytest.mark.parametrize("fmt", format_names())
 def test_dali_loader_on_a_damaged_dataset_is_a_clear_error(tmp_path, fmt, damage):
     from readers.dali import dali_loader
 
     root = _damaged(tmp_path, fmt, damage)
     with pytest.raises(ImgpackError) as caught:
-        for _ in dali_loader(root, 8, device="cpu", crop=32, shuffle=False):
+        for _ in dali_loader(root, batch_size=8, device="cpu", crop=32, shuffle=False):
             pass
     message = str(caught.value)
     assert str(root) in message and "\n" not in message, message
@@ -516,9 +516,10 @@ def test_remote_tar_through_dali_matches_local(s3, packed, tmp_path):
     local = packed("tar", options=SPLIT, **SMALL)
     url = _upload(s3, packed, "tar", "dali-tar")
     kwargs = dict(device="cpu", crop=32, seed=5)
-    want = [(x.clone(), y.clone()) for x, y in dali_loader(local, 8, **kwargs)]
+    want = [(x.clone(), y.clone()) for x, y in dali_loader(local, batch_size=8, **kwargs)]
     for extra in ({}, {"cache_dir": str(tmp_path / "cache")}):
-        got = list(dali_loader(url, 8, reader_options={"storage_options": options, **extra}, **kwargs))
+        reader_options = {"storage_options": options, **extra}
+        got = list(dali_loader(url, batch_size=8, reader_options=reader_options, **kwargs))
         assert len(got) == len(want) == 6
         for (xa, ya), (xb, yb) in zip(got, want):
             assert torch.equal(ya, yb) and torch.equal(xa, xb)
@@ -531,7 +532,7 @@ def test_killed_dali_py_worker_is_an_error_not_a_hang(packed):
     from readers.dali import dali_loader
 
     root = packed("lmdb", options=SPLIT, **SMALL)
-    loader = dali_loader(root, 4, device="cpu", crop=32, py_workers=2, shuffle=False)
+    loader = dali_loader(root, batch_size=4, device="cpu", crop=32, py_workers=2, shuffle=False)
     batches = iter(loader)
     next(batches)
     workers = psutil.Process().children()
@@ -544,5 +545,5 @@ def test_killed_dali_py_worker_is_an_error_not_a_hang(packed):
         for _ in batches:
             pass
     assert time.monotonic() - started < 10
-    fresh = dali_loader(root, 4, device="cpu", crop=32, py_workers=2, shuffle=False)
+    fresh = dali_loader(root, batch_size=4, device="cpu", crop=32, py_workers=2, shuffle=False)
     assert sum(len(y) for _, y in fresh) == 44  # a new loader reads again
