@@ -14,6 +14,7 @@ from packer.cli_options import storage_options_option
 from packer.formats import WRITERS
 from packer.preprocess import DEFAULT_MAX_PIXELS, ENCODINGS, RESAMPLE, RESIZE_MODES, PreprocessSpec
 from readers.errors import ImgpackError
+from readers.order import PACK_ORDERS
 
 SIZE_UNITS = {
     "": 1,
@@ -171,6 +172,17 @@ def main(debug: bool) -> None:
     show_default=True,
     help="skip: record bad files in the manifest and go on; fail: stop at the first one.",
 )
+@click.option(
+    "--order",
+    type=click.Choice(PACK_ORDERS),
+    default="shuffled",
+    show_default=True,
+    help="shuffled: write the samples in a seeded permutation of the source, so block-wise "
+    "reads of a class-sorted folder still give varied batches; source: keep the source order.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the --order shuffled permutation."
+)
 @click.option("--force", is_flag=True, help="Replace an existing output dataset.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
 @storage_options_option
@@ -197,6 +209,8 @@ def imagefolder(
     shard_size,
     compression,
     on_error,
+    order,
+    seed,
     force,
     resume,
     storage_options,
@@ -236,6 +250,8 @@ def imagefolder(
         engine=engine,
         options=options,
         on_error=on_error,
+        order=order,
+        seed=seed,
         force=force,
         resume=resume,
         quiet=quiet or as_json,

@@ -36,6 +36,7 @@ from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.lifetime import die_with_parent
 from packer.output import PROGRESS_NAME, check_not_source, open_output, remove_temporaries, replace_output
+from packer.pack_order import misnumbered, order_record, ordered_items, planned_firsts, write_source_paths
 from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
 from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
@@ -43,6 +44,7 @@ from packer.source import SourceItem, SourceScan, scan_folder
 from packer.source_items import chunked, rel_run
 from readers.errors import ImgpackError
 from readers.manifest import Manifest, write_atomic, write_manifest
+from readers.order import PACK_ORDERS
 from readers.remote import is_url
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -149,9 +151,11 @@ def _start_methods() -> list[str]:
 # -- progress and resume -------------------------------------------------------------------------
 
 
-def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
+def _fingerprint(
+    scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any], order: dict[str, Any]
+) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes], sort_keys=True).encode())
+    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes, order], sort_keys=True).encode())
     digest.update(rel_run(scan.items))  # every rel, UTF-8 (surrogateescape), NUL-terminated
     return digest.hexdigest()
 
@@ -223,6 +227,7 @@ class LocalOutput:
 
 
 def _run_local(writer, parts, spec, workers, on_error, progress, done, save, sink, storage_options) -> None:
+    """Parts are written in order here, so each one's first dataset index is exact."""
     todo = [(p, items) for p, items in parts if p not in done]
     for p, _ in todo:
         for path in writer.part_files(p):
@@ -232,7 +237,8 @@ def _run_local(writer, parts, spec, workers, on_error, progress, done, save, sin
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))
-            done[p] = sink.part_done(writer, write_part(writer, p, results, on_error, progress.update))
+            first = planned_firsts(parts, done)[p]
+            done[p] = sink.part_done(writer, write_part(writer, p, results, on_error, progress.update, first))
             save()
 
 
@@ -246,6 +252,8 @@ def pack_folder(
     engine: str = "local",
     options: dict[str, Any] | None = None,
     on_error: str = "skip",
+    order: str = "shuffled",
+    seed: int = 0,
     force: bool = False,
     resume: bool = False,
     quiet: bool = True,
@@ -254,12 +262,16 @@ def pack_folder(
 ) -> PackReport:
     """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``.
 
+    The samples are written in a permutation of the source seeded by ``seed`` (``order="shuffled"``)
+    or in the source order (``order="source"``); see packer/pack_order.py.
     ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
     if on_error not in ("skip", "fail"):
         raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
+    if order not in PACK_ORDERS:
+        raise ImgpackError(f"order={order!r}; use one of {', '.join(PACK_ORDERS)}")
     workers = max(1, workers or os.cpu_count() or 1)
     writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
     if is_url(out):
@@ -270,7 +282,7 @@ def pack_folder(
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = (scan, fmt, spec, options, workers, engine, on_error, resume, quiet, ray_address, started)
-        return _pack_into(work, sink, *job, storage_options)
+        return _pack_into(work, sink, *job, storage_options, order_record(order, seed))
     finally:
         lock.release()
 
@@ -312,6 +324,7 @@ def _pack_into(
     ray_address: str | None,
     started: float,
     storage_options: dict[str, Any] | None,
+    order: dict[str, Any],
 ) -> PackReport:
     """The pack proper, into ``work`` (``out``, its staging sibling, or the local staging folder
     of a URL output), the lock on it held; ``sink`` uploads and commits (LocalOutput, RemoteOutput)."""
@@ -319,7 +332,7 @@ def _pack_into(
 
     writer = writer_class(fmt)(work, spec, options)
     spec = writer.spec  # a format may pin part of the spec (--to bmp implies --encode bmp)
-    fingerprint = _fingerprint(scan, fmt, spec, options)
+    fingerprint = _fingerprint(scan, fmt, spec, options, order)
     remove_temporaries(work)
     done = _load_progress(work, fingerprint) if resume else {}
     for p in [p for p, result in done.items() if not sink.part_intact(writer, result)]:
@@ -330,19 +343,32 @@ def _pack_into(
         sink.saved(work)
 
     save()  # from the start: any kill leaves a resumable output
-    per_part = writer.samples_per_part(len(scan.items))
-    parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]
-    remaining = sum(len(items) for p, items in parts if p not in done)
-    with tqdm(total=remaining, unit="img", disable=quiet, desc=f"pack {fmt}", dynamic_ncols=True) as bar:
-        if engine == "local":
-            _run_local(writer, parts, spec, workers, on_error, bar, done, save, sink, storage_options)
-        elif engine == "ray":
-            from packer.ray_engine import run_ray
+    items = ordered_items(scan.items, order["kind"], order["seed"])
+    per_part = writer.samples_per_part(len(items))
+    parts = [(i // per_part, items[i : i + per_part]) for i in range(0, len(items), per_part)]
+    if engine not in ("local", "ray"):
+        raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
+    firsts = planned_firsts(parts, done)
+    while True:
+        remaining = sum(len(items) for p, items in parts if p not in done)
+        with tqdm(total=remaining, unit="img", disable=quiet, desc=f"pack {fmt}", dynamic_ncols=True) as bar:
+            if engine == "local":
+                _run_local(writer, parts, spec, workers, on_error, bar, done, save, sink, storage_options)
+            else:
+                from packer.ray_engine import run_ray
 
-            run_ray(writer, parts, spec, on_error, bar, done, save, ray_address, sink, storage_options)
-        else:
-            raise ImgpackError(f"unknown engine {engine!r}; use local or ray")
+                run_ray(
+                    writer, parts, spec, on_error, bar, done, save, ray_address, sink, storage_options, firsts
+                )
+        stale = misnumbered(parts, done) if writer.stores_indices else []
+        if not stale:
+            break
+        firsts = planned_firsts(parts, done)  # every part's count is known now: exact
+        for p in stale:  # numbered before the skips ahead of them were known: written again
+            del done[p]
     results = [done[p] for p, _ in parts]
+    with _writing(work, "source paths"):
+        write_source_paths(work, parts, done)
     with _writing(work, "dataset"):
         shards, extra = sink.finish(writer, results, scan.classes)
     skipped = scan.skipped + [s for r in results for s in r.skipped]
@@ -358,7 +384,12 @@ def _pack_into(
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
-        extra={**extra, "source": _source_name(scan.root), "empty_classes": scan.empty_classes}
+        extra={
+            **extra,
+            "source": _source_name(scan.root),
+            "empty_classes": scan.empty_classes,
+            "order": order,
+        }
         | scan.extra,
     )
     with _writing(work, "manifest"):

@@ -39,7 +39,7 @@ OUR_FILES = re.compile(
     r"""(
         \.imgpack-progress\.json | \.imgpack-write-test
       | \.(manifest\.json|imgpack-progress\.json|files-\d{6}\.jsonl)\.[^/]*\.?tmp
-      | data-\d{6}\.h5 | (shard|part)-\d{6}(-\d{5})?\.(tar|idx) | files-\d{6}\.jsonl
+      | data-\d{6}\.h5 | source-paths\.nul | (shard|part)-\d{6}(-\d{5})?\.(tar|idx) | files-\d{6}\.jsonl
     )$""",
     re.VERBOSE,
 )

@@ -56,15 +56,17 @@ def _pack_part(
     driver: tuple[str, int],
     sink: Any = None,
     storage_options: dict[str, Any] | None = None,
+    first: int = 0,
 ) -> dict[str, Any]:
     """The task: preprocess and write one part (reading URL sources itself); with a remote
-    ``sink``, in a temporary folder on this node, uploaded from here when complete."""
+    ``sink``, in a temporary folder on this node, uploaded from here when complete. Its samples
+    are numbered from ``first`` (packer/pack_order.py)."""
     results = _watched(preprocess_items(items, spec, storage_options), driver)
     if sink is None or not sink.remote:
-        return part_to_dict(write_part(writer, part, results, on_error))
+        return part_to_dict(write_part(writer, part, results, on_error, first=first))
     with tempfile.TemporaryDirectory(prefix="imgpack-part-") as tmp:
         local = type(writer)(Path(tmp), writer.spec, writer.options)
-        return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error)))
+        return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error, first=first)))
 
 
 def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
@@ -90,6 +92,7 @@ def run_ray(
     address: str | None,
     sink: Any = None,
     storage_options: dict[str, Any] | None = None,
+    firsts: dict[int, int] | None = None,
 ) -> None:
     try:
         import ray
@@ -111,7 +114,12 @@ def run_ray(
     try:
         task = ray.remote(_pack_part)
         pending = {
-            task.remote(staged, p, items, spec, on_error, driver, sink, storage_options): (p, len(items))
+            task.remote(
+                staged, p, items, spec, on_error, driver, sink, storage_options, (firsts or {}).get(p, 0)
+            ): (
+                p,
+                len(items),
+            )
             for p, items in parts
             if p not in done
         }

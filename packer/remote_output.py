@@ -34,6 +34,7 @@ from packer.output import LMDB_DIR, LMDB_FILES, OUR_FILES, OutputLock, manifest_
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
 from readers.remote import RemoteError, remote_call, url_fs
+from readers.sample_sources import SOURCE_PATHS_NAME
 
 # How each format's finish runs on a remote output (see the module docstring).
 FINISH = {"tar": "rename", "tfrecord": "rename", "lmdb": "as-is", "hdf5": "local", "bmp": "local"}
@@ -303,6 +304,8 @@ class RemoteOutput:
 
     def commit(self, work: Path) -> None:
         """Upload the manifest (written in ``work``), last; drop the progress file and staging."""
+        if (work / SOURCE_PATHS_NAME).exists():  # the formats finished "as-is" or by renames left it here
+            self.upload([work / SOURCE_PATHS_NAME], [SOURCE_PATHS_NAME])
         self.upload([work / MANIFEST_NAME], [MANIFEST_NAME])
         self.delete([PROGRESS_NAME])
         shutil.rmtree(work)  # the lock on it goes with the pack's end

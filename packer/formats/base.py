@@ -99,6 +99,9 @@ class FormatWriter:
     # The pack options (``--shard-size`` -> ``shard_size``) this format uses; a format-specific
     # option given for a format that does not list it is an error naming the formats that do.
     accepted_options: ClassVar[tuple[str, ...]] = SHARDING_OPTIONS
+    # Whether the samples' bytes hold their dataset index (tar keys): a part written before the
+    # skips of the parts ahead of it were known is then written again with its true first index.
+    stores_indices: ClassVar[bool] = False
 
     def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
         self.out = Path(out)
