@@ -305,11 +305,13 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 @storage_options_option
 def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
     """Describe the packed DATASET (a directory or URL)."""
+    from packer.order_info import describe_order, read_quality
     from readers.manifest import read_manifest
 
     manifest = read_manifest(dataset, storage_options or None)
+    quality = read_quality(dataset, storage_options=storage_options or None)
     if as_json:
-        emit_json(asdict(manifest))
+        emit_json({**asdict(manifest), "read_quality": quality.to_dict() if quality else None})
         return
     total = sum(s.bytes for s in manifest.shards)
     pre = ", ".join(f"{k}={v}" for k, v in manifest.preprocess.items() if v not in (None, False))
@@ -324,6 +326,7 @@ def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
         *describe_sizes(manifest.stored_sizes),
         f"skipped   {len(manifest.skipped)}",
         *describe_skips(manifest.skipped),
+        *describe_order(manifest, quality),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
     click.echo("\n".join(lines))

@@ -18,6 +18,7 @@ from readers.decode import OUTPUT_KINDS, decode_record, naming_decode_errors, to
 from readers.formats import open_reader
 from readers.options import check_batch_options, renamed
 from readers.order import OrderSpec, resolve_rank
+from readers.quality import warn_if_poorly_mixed
 from readers.remote_parts import merge_remote_options
 from readers.stream import EpochStream
 from readers.whole_batch import whole_batch
@@ -117,6 +118,7 @@ class PackedIterable(EpochStream):
                 "crop=, resize= and flip= need decoded images: decode='tensor', 'numpy' or 'pil'"
             )
         self.init_stream()
+        warn_if_poorly_mixed(str(path), self.reader, self.order, batch_size)
 
     @property
     def classes(self) -> list[str]:
