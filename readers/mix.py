@@ -40,6 +40,7 @@ from readers.decode import OUTPUT_KINDS, decode_record
 from readers.formats import open_reader
 from readers.options import check_batch_options
 from readers.order import OrderSpec, global_order, resolve_rank
+from readers.quality import warn_if_mix_poorly_mixed
 from readers.record import Record
 from readers.stream import EpochStream
 
@@ -139,6 +140,7 @@ class MixedIterable(EpochStream):
         self.set_loader_batch_size(None)
         self.init_stream()
         self._sequence: tuple[int, np.ndarray, np.ndarray] | None = None
+        warn_if_mix_poorly_mixed(self)
 
     # -- the order ----------------------------------------------------------------------------
     def dataset_seed(self, i: int) -> int:

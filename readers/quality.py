@@ -30,6 +30,7 @@ from readers.order import OrderSpec
 EXACT_LIMIT = 1 << 18  # samples up to which the real order of the epoch is computed
 MAX_BATCHES = 256
 WARN_RATIO = 0.9  # below this share of the i.i.d. distinct classes a stream warns
+MIX_LIMIT = 1 << 20  # epoch samples up to which a mix's sequence is judged when it is built
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,28 @@ def shuffle_quality(
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, n, 0x51])
     if n <= EXACT_LIMIT or not shuffle:
         stream = labels[order.epoch_order(epoch)] if n <= EXACT_LIMIT else labels
-        whole = len(stream) // b
-        picks = np.sort(rng.choice(whole, size=min(whole, max_batches), replace=False)) if whole else []
-        batches = np.stack([stream[k * b : (k + 1) * b] for k in picks]) if len(picks) else labels[None, :b]
+        batches = _stream_batches(stream, b, max_batches, rng)
     else:
         batches = _simulated_batches(labels, b, block_size, buffer_size, max_batches, rng)
+    return _figures(batches, labels, rng)
+
+
+def stream_quality(stream: np.ndarray, *, batch_size: int, seed: int = 0, max_batches: int = MAX_BATCHES):
+    """The figures for batches cut from ``stream``, the labels in the order they are consumed
+    (e.g. a ``mix``'s epoch), judged against an i.i.d. draw from the same labels."""
+    stream = np.asarray(stream, dtype=np.int64)
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, len(stream), 0x52])
+    return _figures(_stream_batches(stream, min(batch_size, len(stream)), max_batches, rng), stream, rng)
+
+
+def _stream_batches(stream: np.ndarray, b: int, max_batches: int, rng: np.random.Generator) -> np.ndarray:
+    whole = len(stream) // b
+    picks = np.sort(rng.choice(whole, size=min(whole, max_batches), replace=False)) if whole else []
+    return np.stack([stream[k * b : (k + 1) * b] for k in picks]) if len(picks) else stream[None, :b]
+
+
+def _figures(batches: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> ShuffleQuality:
+    n, b = len(labels), batches.shape[1]
     distinct, largest = _batch_counts(batches)
     iid = np.stack([labels[rng.choice(n, size=b, replace=False)] for _ in range(len(batches))])
     _, iid_largest = _batch_counts(iid)
@@ -201,16 +219,39 @@ def warn_if_poorly_mixed(where: str, reader: Any, order: OrderSpec, batch_size: 
         max_batches=64,
     )
     _warned.add(key)
-    if quality.distinct_ratio < WARN_RATIO:
-        import warnings
+    _warn_below(where, quality, order.block_size, order.buffer_size)
 
-        warnings.warn(
-            f"{where}: batches of {quality.batch_size} hold {quality.mean_distinct:.1f} distinct "
-            f"classes on average, {quality.distinct_ratio:.0%} of an i.i.d. shuffle's "
-            f"{quality.iid_mean_distinct:.1f} "
-            f"(block_size={order.block_size}, buffer_size={order.buffer_size}): the pack stores its "
-            "classes in runs. Re-pack with the default `--order shuffled`, or read with a smaller "
-            "block_size or a larger buffer_size",
-            UserWarning,
-            stacklevel=3,
-        )
+
+def warn_if_mix_poorly_mixed(mix: Any) -> None:
+    """``warn_if_poorly_mixed`` for a ``readers.mix`` stream: judged on its epoch 0 sequence
+    (skipped past ``MIX_LIMIT`` samples, where building it would slow construction down)."""
+    if not mix.batch_size or mix.epoch_size > MIX_LIMIT or mix.epoch_size < 2 * mix.batch_size:
+        return
+    key = (tuple(mix.paths), mix.seed, mix.block_size, mix.buffer_size, mix.batch_size, mix.epoch_size)
+    tables = [cheap_labels(reader) for reader in mix.readers]
+    if key in _warned or any(table is None for table in tables):
+        return
+    _warned.add(key)
+    source, index = mix.epoch_sequence(0)
+    stream = np.empty(len(source), dtype=np.int64)
+    for i, table in enumerate(tables):
+        mine = source == i
+        stream[mine] = table[index[mine]] + mix.offsets[i]  # type: ignore[index]
+    quality = stream_quality(stream, batch_size=mix.batch_size, seed=mix.seed, max_batches=64)
+    _warn_below(", ".join(mix.paths), quality, mix.block_size, mix.buffer_size)
+
+
+def _warn_below(where: str, quality: ShuffleQuality, block_size: int, buffer_size: int) -> None:
+    if quality.distinct_ratio >= WARN_RATIO:
+        return
+    import warnings
+
+    warnings.warn(
+        f"{where}: batches of {quality.batch_size} hold {quality.mean_distinct:.1f} distinct "
+        f"classes on average, {quality.distinct_ratio:.0%} of an i.i.d. shuffle's "
+        f"{quality.iid_mean_distinct:.1f} (block_size={block_size}, buffer_size={buffer_size}): "
+        "the pack stores its classes in runs. Re-pack with the default `--order shuffled`, or "
+        "read with a smaller block_size or a larger buffer_size",
+        UserWarning,
+        stacklevel=4,
+    )

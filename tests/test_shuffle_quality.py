@@ -113,3 +113,19 @@ def test_pack_bench_prints_the_mix_beside_throughput(packs):
     assert distinct < 0.9 * iid and iid == pytest.approx(
         _iid_distinct(np.full(CLASSES, PER_CLASS), 6000, 64), abs=0.1
     )
+
+
+def test_a_mix_of_default_packs_keeps_iid_variety_and_a_mix_of_sorted_packs_warns(packs):
+    from readers import mix
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mixed = mix([packs["shuffled"], packs["shuffled"]], batch_size=64, seed=2)
+        batches = [labels.numpy() for _, labels in mixed]
+    stream = np.concatenate(batches)
+    assert sorted(np.bincount(stream).tolist()) == [PER_CLASS] * (2 * CLASSES)  # 80 classes, offset
+    distinct = np.mean([len(set(b.tolist())) for b in batches if len(b) == 64])
+    iid = _iid_distinct(np.full(2 * CLASSES, PER_CLASS), 2 * CLASSES * PER_CLASS, 64)
+    assert distinct >= 0.95 * iid, (distinct, iid)
+    with pytest.warns(UserWarning, match="Re-pack with the default `--order shuffled`"):
+        mix([packs["source"], packs["source"]], batch_size=64, seed=2, block_size=256)
