@@ -46,6 +46,7 @@ class PackedLoader(StatefulDataLoader):
             super().__init__(dataset, **kwargs)
         self._chunks = 0  # batches handed to the training loop in the current pass
         self._pass_start: ResumePoint | None = None
+        self._iterating = False
 
     @property
     def epoch(self) -> int:
@@ -61,6 +62,7 @@ class PackedLoader(StatefulDataLoader):
         epoch = self.dataset.begin_pass(hand_over=self.num_workers == 0)
         self._pass_start = self.dataset.pass_start(epoch)
         self._chunks = 0
+        self._iterating = True
         try:
             batches = super().__iter__()
             # After a restore StatefulDataLoader counts steps from the saved pass, while len() reports
@@ -71,8 +73,9 @@ class PackedLoader(StatefulDataLoader):
             for batch in batches:
                 self._chunks += 1
                 yield batch
-        finally:
             self._pass_start = None
+        finally:
+            self._iterating = False  # done, or abandoned: state_dict() still says where it stopped
 
     def global_point(self) -> ResumePoint:
         """Where the epoch stands for the whole job (every rank is at the same step)."""
@@ -90,7 +93,7 @@ class PackedLoader(StatefulDataLoader):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self._pass_start is not None:
+        if self._iterating:
             raise ResumeError(
                 "loader.load_state_dict() was called while the loader is being iterated; call it "
                 "before the `for batch in loader` loop starts (then that loop resumes)"

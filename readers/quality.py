@@ -101,8 +101,10 @@ def stream_quality(stream: np.ndarray, *, batch_size: int, seed: int = 0, max_ba
 
 def _stream_batches(stream: np.ndarray, b: int, max_batches: int, rng: np.random.Generator) -> np.ndarray:
     whole = len(stream) // b
-    picks = np.sort(rng.choice(whole, size=min(whole, max_batches), replace=False)) if whole else []
-    return np.stack([stream[k * b : (k + 1) * b] for k in picks]) if len(picks) else stream[None, :b]
+    if not whole:
+        return stream[None, :b]
+    picks = np.sort(rng.choice(whole, size=min(whole, max_batches), replace=False)).tolist()
+    return np.stack([stream[k * b : (k + 1) * b] for k in picks])
 
 
 def _figures(batches: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> ShuffleQuality:

@@ -65,6 +65,8 @@ class EpochStream(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (without it, each pass is the next epoch). After
         ``load_state_dict`` only the state's own epoch may be set."""
+        if self._resume is not None and int(self._worker_yields.item()) > 0:
+            self._resume = None  # DataLoader workers have read the resumed epoch (their copies)
         if self._resume is not None and self._resume.epoch != int(epoch):
             raise ResumeError(
                 f"set_epoch({int(epoch)}) contradicts the loaded state, which resumes epoch "
