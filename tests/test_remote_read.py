@@ -246,6 +246,7 @@ def test_remote_dataset_resumes_mid_epoch_through_the_cache_with_verify(s3, pack
     first.dataset.set_epoch(1)
     full = labels(first)
     taken = []
+    first.set_epoch(1)  # again: a new pass would be the next epoch
     for _, y in first:  # epoch 1 again, stopped after 3 batches
         taken.append(y.tolist())
         if len(taken) == 3:
