@@ -199,10 +199,17 @@ def cheap_labels(reader: Any) -> np.ndarray | None:
     return None
 
 
+def packed_shuffled(reader: Any) -> bool:
+    """Whether the pack was written in a shuffled order: its blocks are then random draws, and a
+    batch short of classes is chance, not a run of one class (no warning, no cost)."""
+    order = reader.manifest.extra.get("order") or {}
+    return order.get("kind") == "shuffled"
+
+
 def warn_if_poorly_mixed(where: str, reader: Any, order: OrderSpec, batch_size: int | None) -> None:
     """One ``UserWarning`` per dataset and options when batches hold under ``WARN_RATIO`` of the
     i.i.d. distinct classes (a class-sorted pack read block-wise), naming the fixes."""
-    if not order.shuffle or not batch_size or order.num_samples < 2 * batch_size:
+    if not order.shuffle or not batch_size or order.num_samples < 2 * batch_size or packed_shuffled(reader):
         return
     key = (where, order.seed, order.block_size, order.buffer_size, batch_size, order.world_size)
     if key in _warned:
@@ -228,6 +235,8 @@ def warn_if_mix_poorly_mixed(mix: Any) -> None:
     """``warn_if_poorly_mixed`` for a ``readers.mix`` stream: judged on its epoch 0 sequence
     (skipped past ``MIX_LIMIT`` samples, where building it would slow construction down)."""
     if not mix.batch_size or mix.epoch_size > MIX_LIMIT or mix.epoch_size < 2 * mix.batch_size:
+        return
+    if all(packed_shuffled(reader) for reader in mix.readers):
         return
     key = (tuple(mix.paths), mix.seed, mix.block_size, mix.buffer_size, mix.batch_size, mix.epoch_size)
     tables = [cheap_labels(reader) for reader in mix.readers]

@@ -174,3 +174,17 @@ def test_a_reordered_table_reads_pickles_and_slices_like_the_reordered_list():
     np.testing.assert_array_equal(view.reordered(np.arange(50)[::-1]).labels(), view.labels()[::-1])
     with pytest.raises(ValueError, match="permutation"):
         table.reordered(np.zeros(50, dtype=np.int64))
+
+
+@pytest.mark.parametrize("fmt", ["tar", "lmdb"])
+def test_a_pack_to_s3_has_the_same_order_and_source_paths_as_a_local_one(s3, tmp_path, fmt):
+    from tests.s3server import BUCKET
+
+    _, options = s3
+    url = f"s3://{BUCKET}/order-{fmt}"
+    pack_folder(
+        SAMPLE_DATA, url, fmt, SPEC, workers=1, options={"samples_per_shard": 16}, storage_options=options
+    )
+    pack_folder(SAMPLE_DATA, tmp_path / "local", fmt, SPEC, workers=1, options={"samples_per_shard": 16})
+    assert source_paths(url, options) == source_paths(tmp_path / "local")
+    assert read_manifest(url, options).extra["order"]["kind"] == "shuffled"
