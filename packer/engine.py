@@ -371,7 +371,7 @@ def _pack_into(
         write_source_paths(work, parts, done)
     with _writing(work, "dataset"):
         shards, extra = sink.finish(writer, results, scan.classes)
-    skipped = scan.skipped + [s for r in results for s in r.skipped]
+    skipped = scan.skipped + sorted((s for r in results for s in r.skipped), key=lambda s: s["path"])
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
         raise ImgpackError(f"{scan.root}: every image was skipped ({len(skipped)}); first reason: {first}")
