@@ -21,6 +21,7 @@ from packer.preprocess import (
 )
 from readers.errors import ImgpackError
 from readers.formats.registry import format_names, formats_taking
+from readers.order import PACK_ORDERS
 
 SIZE_UNITS = {
     "": 1,
@@ -186,6 +187,17 @@ def main(debug: bool) -> None:
     show_default=True,
     help="skip: record bad files in the manifest and go on; fail: stop at the first one.",
 )
+@click.option(
+    "--order",
+    type=click.Choice(PACK_ORDERS),
+    default="shuffled",
+    show_default=True,
+    help="shuffled: write the samples in a seeded permutation of the source, so block-wise "
+    "reads of a class-sorted folder still give varied batches; source: keep the source order.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the --order shuffled permutation."
+)
 @click.option("--force", is_flag=True, help="Replace an existing output dataset.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
 @storage_options_option
@@ -212,6 +224,8 @@ def imagefolder(
     shard_size,
     compression,
     on_error,
+    order,
+    seed,
     force,
     resume,
     storage_options,
@@ -251,6 +265,8 @@ def imagefolder(
         engine=engine,
         options=options,
         on_error=on_error,
+        order=order,
+        seed=seed,
         force=force,
         resume=resume,
         quiet=quiet or as_json,
@@ -304,15 +320,17 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 @storage_options_option
 def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
     """Describe the packed DATASET (a directory or URL)."""
+    from packer.order_info import read_quality
     from readers.manifest import read_manifest
     from readers.remote import is_url
 
     manifest = read_manifest(dataset, storage_options or None)
     problem = None if is_url(dataset) else parts_problem(dataset)
+    quality = None if problem else read_quality(dataset, storage_options=storage_options or None)
     if as_json:
-        emit_json(asdict(manifest))
+        emit_json({**asdict(manifest), "read_quality": quality.to_dict() if quality else None})
     else:
-        click.echo(describe_manifest(dataset, manifest))
+        click.echo(describe_manifest(dataset, manifest, quality))
     if problem:
         click.echo(f"problem: {problem} (a full check: pack verify {dataset})", err=True)
         sys.exit(1)
@@ -330,7 +348,9 @@ def parts_problem(dataset: str) -> str | None:
     return None
 
 
-def describe_manifest(dataset: str, manifest: Any) -> str:
+def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
+    from packer.order_info import describe_order
+
     total = sum(s.bytes for s in manifest.shards)
     pre = ", ".join(f"{k}={v}" for k, v in manifest.preprocess.items() if v not in (None, False))
     lines = [
@@ -344,6 +364,7 @@ def describe_manifest(dataset: str, manifest: Any) -> str:
         *describe_sizes(manifest.stored_sizes),
         f"skipped   {len(manifest.skipped)}",
         *describe_skips(manifest.skipped),
+        *describe_order(manifest, quality),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
     return "\n".join(lines)

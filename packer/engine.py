@@ -38,6 +38,7 @@ from packer.formats.base import disk_hint
 from packer.job import PackJob, PartsRun
 from packer.lifetime import die_with_parent
 from packer.output import LocalOutput, Output, OutputLock, check_not_source, open_output, remove_temporaries
+from packer.pack_order import misnumbered, order_record, ordered_items, planned_firsts, write_source_paths
 from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
 from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
@@ -45,6 +46,7 @@ from packer.source import SourceItem, SourceScan, scan_folder
 from packer.source_items import chunked, rel_run
 from readers.errors import ImgpackError
 from readers.manifest import PROGRESS_NAME, Manifest, write_atomic, write_manifest
+from readers.order import PACK_ORDERS
 from readers.remote import is_url
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -152,9 +154,11 @@ def _start_methods() -> list[str]:
 # -- progress and resume -------------------------------------------------------------------------
 
 
-def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
+def _fingerprint(
+    scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any], order: dict[str, Any]
+) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes], sort_keys=True).encode())
+    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes, order], sort_keys=True).encode())
     digest.update(rel_run(scan.items))  # every rel, UTF-8 (surrogateescape), NUL-terminated
     return digest.hexdigest()
 
@@ -201,6 +205,7 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
 
 
 def _run_local(job: PackJob, run: PartsRun) -> None:
+    """Parts are written in order here, so each one's first dataset index is exact."""
     writer = run.writer
     todo = [(p, items) for p, items in run.parts if p not in run.done]
     for p, _ in todo:
@@ -211,7 +216,8 @@ def _run_local(job: PackJob, run: PartsRun) -> None:
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))
-            run.finished(p, write_part(writer, p, results, job.on_error, run.progress.update))
+            first = planned_firsts(run.parts, run.done)[p]
+            run.finished(p, write_part(writer, p, results, job.on_error, run.progress.update, first))
 
 
 def pack_folder(
@@ -224,6 +230,8 @@ def pack_folder(
     engine: str = "local",
     options: dict[str, Any] | None = None,
     on_error: str = "skip",
+    order: str = "shuffled",
+    seed: int = 0,
     force: bool = False,
     resume: bool = False,
     quiet: bool = True,
@@ -232,12 +240,16 @@ def pack_folder(
 ) -> PackReport:
     """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``.
 
+    The samples are written in a permutation of the source seeded by ``seed`` (``order="shuffled"``)
+    or in the source order (``order="source"``); see packer/pack_order.py.
     ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
     if on_error not in ("skip", "fail"):
         raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
+    if order not in PACK_ORDERS:
+        raise ImgpackError(f"order={order!r}; use one of {', '.join(PACK_ORDERS)}")
     workers = max(1, workers or os.cpu_count() or 1)
     writer = writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
     if is_url(out):
@@ -248,7 +260,7 @@ def pack_folder(
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = PackJob(scan, fmt, writer.spec, options, workers, engine, on_error, resume, quiet, ray_address,
-                      storage_options, started)  # fmt: skip
+                      storage_options, started, order_record(order, seed))  # fmt: skip
         return _pack_into(job, writer.at(work), sink)
     finally:
         lock.release()
@@ -284,7 +296,7 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     from tqdm import tqdm
 
     work, scan = writer.out, job.scan
-    fingerprint = _fingerprint(scan, job.fmt, job.spec, job.options)
+    fingerprint = _fingerprint(scan, job.fmt, job.spec, job.options, job.order)
     remove_temporaries(work)
     done = _load_progress(work, fingerprint) if job.resume else {}
     for p in [p for p, result in done.items() if not sink.part_intact(writer, result)]:
@@ -295,24 +307,35 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
         sink.saved(work)
 
     save()  # from the start: any kill leaves a resumable output
-    per_part = writer.samples_per_part(len(scan.items))
-    parts = [(i // per_part, scan.items[i : i + per_part]) for i in range(0, len(scan.items), per_part)]
-    remaining = sum(len(items) for p, items in parts if p not in done)
-    desc = f"pack {job.fmt}"
-    with tqdm(total=remaining, unit="img", disable=job.quiet, desc=desc, dynamic_ncols=True) as bar:
-        run = PartsRun(writer, parts, done, sink, bar, save)
-        if job.engine == "local":
-            _run_local(job, run)
-        elif job.engine == "ray":
-            from packer.ray_engine import run_ray
+    items = ordered_items(scan.items, job.order["kind"], job.order["seed"])
+    per_part = writer.samples_per_part(len(items))
+    parts = [(i // per_part, items[i : i + per_part]) for i in range(0, len(items), per_part)]
+    if job.engine not in ("local", "ray"):
+        raise ImgpackError(f"unknown engine {job.engine!r}; use local or ray")
+    firsts = planned_firsts(parts, done)
+    while True:
+        remaining = sum(len(items) for p, items in parts if p not in done)
+        desc = f"pack {job.fmt}"
+        with tqdm(total=remaining, unit="img", disable=job.quiet, desc=desc, dynamic_ncols=True) as bar:
+            run = PartsRun(writer, parts, done, sink, bar, save, firsts)
+            if job.engine == "local":
+                _run_local(job, run)
+            else:
+                from packer.ray_engine import run_ray
 
-            run_ray(job, run)
-        else:
-            raise ImgpackError(f"unknown engine {job.engine!r}; use local or ray")
+                run_ray(job, run)
+        stale = misnumbered(parts, done) if writer.stores_indices else []
+        if not stale:
+            break
+        firsts = planned_firsts(parts, done)  # every part's count is known now: exact
+        for p in stale:  # numbered before the skips ahead of them were known: written again
+            del done[p]
     results = [done[p] for p, _ in parts]
+    with _writing(work, "source paths"):
+        write_source_paths(work, parts, done)
     with _writing(work, "dataset"):
         shards, extra = sink.finish(writer, results, scan.classes)
-    skipped = scan.skipped + [s for r in results for s in r.skipped]
+    skipped = scan.skipped + sorted((s for r in results for s in r.skipped), key=lambda s: s["path"])
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"
         sink.discard(work)  # nothing to resume: a retry must not meet a half-made output
@@ -329,7 +352,12 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
-        extra={**extra, "source": _source_name(scan.root), "empty_classes": scan.empty_classes}
+        extra={
+            **extra,
+            "source": _source_name(scan.root),
+            "empty_classes": scan.empty_classes,
+            "order": job.order,
+        }
         | scan.extra,
     )
     with _writing(work, "manifest"):

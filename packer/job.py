@@ -4,7 +4,7 @@ through (``PartsRun``); packer/engine.py and packer/ray_engine.py take both."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult
@@ -27,6 +27,7 @@ class PackJob:
     ray_address: str | None = None
     storage_options: dict[str, Any] | None = None  # for URL sources and outputs
     started: float = 0.0  # time.perf_counter() when the pack began
+    order: dict[str, Any] = field(default_factory=lambda: {"kind": "source", "seed": None})  # pack_order
 
 
 @dataclass
@@ -40,6 +41,7 @@ class PartsRun:
     sink: Output
     progress: Any  # a tqdm bar
     save: Callable[[], None]
+    firsts: dict[int, int] = field(default_factory=dict)  # each part's first dataset index (planned)
 
     def finished(self, part: int, result: PartResult) -> None:
         self.done[part] = self.sink.part_done(self.writer, result)

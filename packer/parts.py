@@ -23,6 +23,8 @@ from readers.manifest import Shard
 from readers.remote import is_url
 
 Failure = tuple[int, str, str]  # (source index, relative path, reason)
+FIRST_KEY = "first"  # PartResult.extra: the dataset index the part's first sample was given
+SKIPPED_AT_KEY = "skipped_at"  # PartResult.extra: positions in the part of the files skipped
 BLOCK = 32  # items preprocessed (and, from a URL, read) together inside one task
 
 
@@ -61,19 +63,26 @@ def write_part(
     results: Iterable[PackedSample | Failure],
     on_error: str,
     tick: Callable[[int], None] = lambda n: None,
+    first: int = 0,
 ) -> PartResult:
-    """Feed one part's results to a fresh part writer; failures become skips (or an error)."""
+    """Feed one part's results to a fresh part writer; failures become skips (or an error).
+
+    The samples kept are numbered ``first``, ``first + 1``, ... (their dataset indices, with no
+    gap where a file was skipped); ``extra`` records ``first`` and the part positions skipped."""
     part_writer = writer.open_part(part)
     skipped: list[dict[str, str]] = []
+    skipped_at: list[int] = []
     sizes = SizeTally()
     try:
-        for result in results:
+        for position, result in enumerate(results):
             if isinstance(result, tuple):
                 _, rel, reason = result
                 if on_error == "fail":
                     raise ImgpackError(f"{rel}: {reason} (--on-error fail stops at the first bad file)")
                 skipped.append({"path": rel, "reason": reason})
+                skipped_at.append(position)
             else:
+                result.dataset_index = first + position - len(skipped_at)
                 part_writer.add(result)
                 sizes.add(result)
             tick(1)
@@ -86,7 +95,10 @@ def write_part(
     except BaseException:
         _abort(part_writer)
         raise
-    return PartResult(part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict()})
+    numbering = {FIRST_KEY: first, SKIPPED_AT_KEY: skipped_at}
+    return PartResult(
+        part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict(), **numbering}
+    )
 
 
 def _abort(part_writer: PartWriter) -> None:

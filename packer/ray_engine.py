@@ -59,15 +59,17 @@ def _pack_part(
     driver: tuple[str, int],
     sink: Any = None,
     storage_options: dict[str, Any] | None = None,
+    first: int = 0,
 ) -> dict[str, Any]:
     """The task: preprocess and write one part (reading URL sources itself); with a remote
-    ``sink``, in a temporary folder on this node, uploaded from here when complete."""
+    ``sink``, in a temporary folder on this node, uploaded from here when complete. Its samples
+    are numbered from ``first`` (packer/pack_order.py)."""
     results = _watched(preprocess_items(items, spec, storage_options), driver)
     if sink is None or not sink.remote:
-        return part_to_dict(write_part(writer, part, results, on_error))
+        return part_to_dict(write_part(writer, part, results, on_error, first=first))
     with tempfile.TemporaryDirectory(prefix="imgpack-part-") as tmp:
         local = writer.at(Path(tmp))
-        return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error)))
+        return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error, first=first)))
 
 
 def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
@@ -105,11 +107,9 @@ def run_ray(job: PackJob, run: PartsRun) -> None:
     driver = (socket.gethostname(), os.getpid())
     try:
         task = ray.remote(_pack_part)
+        common = (job.spec, job.on_error, driver, sink, job.storage_options)
         pending = {
-            task.remote(staged, p, items, job.spec, job.on_error, driver, sink, job.storage_options): (
-                p,
-                len(items),
-            )
+            task.remote(staged, p, items, *common, run.firsts.get(p, 0)): (p, len(items))
             for p, items in run.parts
             if p not in run.done
         }

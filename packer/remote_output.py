@@ -36,6 +36,7 @@ from readers.errors import ImgpackError
 from readers.formats.registry import format_named, registered
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
 from readers.remote import Progress, RemoteError, remote_call, url_fs
+from readers.sample_sources import SOURCE_PATHS_NAME
 
 IO_THREADS = 8  # uploads, copies, downloads in flight at once
 UPLOADED = "uploaded"  # PartResult.extra key: {object name: {"size": n, "etag": ...}}
@@ -317,6 +318,8 @@ class RemoteOutput:
 
     def commit(self, work: Path) -> None:
         """Upload the manifest (written in ``work``), last; drop the progress file and staging."""
+        if (work / SOURCE_PATHS_NAME).exists():  # the formats finished "as-is" or by renames left it here
+            self.upload([work / SOURCE_PATHS_NAME], [SOURCE_PATHS_NAME])
         self.upload([work / MANIFEST_NAME], [MANIFEST_NAME])
         self.delete([PROGRESS_NAME])
         shutil.rmtree(work)  # the lock on it goes with the pack's end

@@ -134,8 +134,25 @@ class SourceItems(Sequence):
         self._rels, self._ends, self._labels = rels, ends, labels
         self._prefix, self._paths = prefix, paths
         self._first_index, self._indices = first_index, indices  # indices: None = consecutive
+        self._rows: np.ndarray | None = None  # position -> stored entry; None: the stored order
         self._start = start
         self._stop = len(labels) if stop is None else stop
+
+    def reordered(self, rows: np.ndarray) -> SourceItems:
+        """These entries in the order ``rows`` (a permutation of ``range(len(self))``), as a view:
+        the table is not copied, only ``rows`` (8 bytes an entry) is kept."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) != len(self) or (len(rows) and not np.array_equal(np.sort(rows), np.arange(len(rows)))):
+            raise ValueError(f"rows must be a permutation of the {len(self)} entries")
+        view = object.__new__(SourceItems)
+        view.__dict__.update(self.__dict__)
+        view._rows = self._stored(np.arange(self._start, self._stop))[rows]
+        view._start, view._stop = 0, len(rows)
+        return view
+
+    def _stored(self, positions: np.ndarray) -> np.ndarray:
+        """The stored entries at ``positions`` (positions into ``_rows`` when reordered)."""
+        return positions if self._rows is None else self._rows[positions]
 
     @classmethod
     def from_items(cls, items: Iterable[Any]) -> SourceItems:
@@ -201,6 +218,9 @@ class SourceItems(Sequence):
         return f"SourceItems({len(self)} items)"
 
     def _decode(self, a: int, b: int) -> Iterator[Any]:
+        if self._rows is not None:
+            yield from self._decode_rows(self._rows[a:b])
+            return
         ends = self._ends[a : b + 1].tolist()
         labels = self._labels[a:b].tolist()
         if self._indices is not None:
@@ -214,13 +234,40 @@ class SourceItems(Sequence):
             path = next(paths) if self._paths is not None else prefix + rel
             yield SourceItem(index, path, rel, label)
 
+    def _decode_rows(self, rows: np.ndarray) -> Iterator[Any]:
+        from packer.source import SourceItem
+
+        starts, stops = self._ends[rows].tolist(), self._ends[rows + 1].tolist()
+        labels = self._labels[rows].tolist()
+        indices = (self._indices[rows] if self._indices is not None else rows + self._first_index).tolist()
+        path_ends = None if self._paths is None else self._paths[1]
+        for k, (index, label) in enumerate(zip(indices, labels)):
+            rel = self._rels[starts[k] : stops[k] - 1].decode(*ENCODING)
+            if path_ends is None:
+                path = self._prefix + rel
+            else:
+                row = int(rows[k])
+                path = self._paths[0][int(path_ends[row]) : int(path_ends[row + 1]) - 1].decode(*ENCODING)  # type: ignore[index]
+            yield SourceItem(index, path, rel, label)
+
     # -- whole ranges ----------------------------------------------------------------------------
     def rel_bytes(self) -> memoryview:
-        """Every relative path of this range, encoded and NUL-terminated, back to back (no copy)."""
+        """Every relative path of this range, encoded and NUL-terminated, back to back (no copy
+        unless reordered)."""
+        if self._rows is not None:
+            return memoryview(b"".join(self.rel_runs()))
         return memoryview(self._rels)[int(self._ends[self._start]) : int(self._ends[self._stop])]
 
+    def rel_runs(self, rows: np.ndarray | None = None, step: int = 1 << 16) -> Iterator[bytes]:
+        """The relative paths of the entries at ``rows`` (positions in this range; all of them by
+        default), encoded and NUL-terminated, in pieces of ``step`` entries gathered by NumPy."""
+        positions = np.arange(self._start, self._stop) if rows is None else self._start + np.asarray(rows)
+        for a in range(0, len(positions), step):
+            blob, _ = _gather(self._rels, self._ends, self._stored(positions[a : a + step]))
+            yield blob
+
     def labels(self) -> np.ndarray:
-        return self._labels[self._start : self._stop]
+        return self._labels[self._stored(np.arange(self._start, self._stop))]
 
     def nbytes(self) -> int:
         """Memory held by the whole table this range is a view of."""
@@ -230,6 +277,8 @@ class SourceItems(Sequence):
 
     def __reduce__(self) -> tuple:
         """Pickled as its own range only (a part sent to a worker does not carry the rest)."""
+        if self._rows is not None:
+            return (SourceItems, self._compact_state())
         a, b = self._start, self._stop
         lo, hi = int(self._ends[a]), int(self._ends[b])
         paths = None
@@ -241,6 +290,26 @@ class SourceItems(Sequence):
         state = (self._rels[lo:hi], self._ends[a : b + 1] - lo, self._labels[a:b].copy(), self._prefix,
                  paths, self._first_index + a, indices)  # fmt: skip
         return (SourceItems, state)
+
+    def _compact_state(self) -> tuple:
+        """The constructor arguments of a plain table holding this reordered range."""
+        rows = self._rows[self._start : self._stop]  # type: ignore[index]
+        rels, ends = _gather(self._rels, self._ends, rows)
+        paths = None if self._paths is None else _gather(*self._paths, rows)
+        indices = self._indices[rows] if self._indices is not None else rows + self._first_index
+        return (rels, ends, self._labels[rows].copy(), self._prefix, paths, 0, indices)
+
+
+def _gather(
+    blob: bytes | bytearray | mmap.mmap, ends: np.ndarray, rows: np.ndarray
+) -> tuple[bytes, np.ndarray]:
+    """The NUL-terminated strings ``rows`` of a run, back to back, and their end offsets."""
+    starts = ends[rows]
+    lengths = ends[rows + 1] - starts
+    new_ends = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_ends[1:])
+    picks = np.repeat(starts - new_ends[:-1], lengths) + np.arange(new_ends[-1], dtype=np.int64)
+    return np.frombuffer(blob, dtype=np.uint8)[picks].tobytes(), new_ends
 
 
 def _split(blob: bytes | bytearray | mmap.mmap, ends: np.ndarray, a: int, b: int) -> Iterator[str]:

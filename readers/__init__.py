@@ -37,6 +37,9 @@ _EXPORTS = {
     "ResumeError": "readers.resume",
     "mix": "readers.mix",
     "MixedIterable": "readers.mix",
+    "source_paths": "readers.sample_sources",
+    "source_index": "readers.sample_sources",
+    "shuffle_quality": "readers.quality",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -15,6 +15,7 @@ import numpy as np
 
 from readers.formats import open_reader
 from readers.order import OrderSpec, resolve_rank
+from readers.quality import warn_if_poorly_mixed
 from readers.record import Record
 from readers.record_stream import RecordStream
 from readers.spec import ReadSpec
@@ -63,6 +64,7 @@ class PackedIterable(RecordStream):
             spec.drop_last,
         )
         self.setup(spec, order)
+        warn_if_poorly_mixed(str(path), self.reader, self.order, self.batch_size)
 
     @property
     def classes(self) -> list[str]:

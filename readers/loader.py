@@ -21,6 +21,7 @@ The loader is torchdata's ``StatefulDataLoader`` (the PyTorch ecosystem's resuma
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,23 +39,43 @@ class PackedLoader(StatefulDataLoader):
     dataset: EpochStream
 
     def __init__(self, dataset: EpochStream, **kwargs: Any):
-        super().__init__(dataset, **kwargs)
+        with warnings.catch_warnings():
+            # torchdata 0.11 (its latest release) calls torch.set_vital, deprecated since torch
+            # 2.9, on every construction; only that one message is silenced, only here.
+            warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+            super().__init__(dataset, **kwargs)
         self._chunks = 0  # batches handed to the training loop in the current pass
         self._pass_start: ResumePoint | None = None
+        self._iterating = False
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch of the next pass (without it, each pass is the next epoch)."""
+        self.dataset.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
-        self._pass_start = self.dataset._pending_resume() or self.dataset._start_point()
+        # The epoch is decided here, before the workers start, and they read it from shared
+        # memory; without workers the dataset's own iteration in this process is handed it.
+        epoch = self.dataset.begin_pass(hand_over=self.num_workers == 0)
+        self._pass_start = self.dataset.pass_start(epoch)
         self._chunks = 0
-        batches = super().__iter__()
-        # After a restore StatefulDataLoader counts steps from the saved pass, while len() reports
-        # what is left of it: torch's length-mismatch warning would fire for nothing.
-        batches._IterableDataset_len_called = None
-        if self.num_workers > 0:
-            self.dataset._resume = None  # the workers have their copy; it must not apply twice
-        for batch in batches:
-            self._chunks += 1
-            yield batch
-        self._pass_start = None
+        self._iterating = True
+        try:
+            batches = super().__iter__()
+            # After a restore StatefulDataLoader counts steps from the saved pass, while len() reports
+            # what is left of it: torch's length-mismatch warning would fire for nothing.
+            batches._IterableDataset_len_called = None
+            if self.num_workers > 0:
+                self.dataset._resume = None  # the workers have their copy; it must not apply twice
+            for batch in batches:
+                self._chunks += 1
+                yield batch
+            self._pass_start = None
+        finally:
+            self._iterating = False  # done, or abandoned: state_dict() still says where it stopped
 
     def global_point(self) -> ResumePoint:
         """Where the epoch stands for the whole job (every rank is at the same step)."""
@@ -72,6 +93,11 @@ class PackedLoader(StatefulDataLoader):
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self._iterating:
+            raise ResumeError(
+                "loader.load_state_dict() was called while the loader is being iterated; call it "
+                "before the `for batch in loader` loop starts (then that loop resumes)"
+            )
         if STATE_KEY not in state_dict:
             raise ResumeError(
                 f"this loader state has no {STATE_KEY!r} entry: it was not saved by readers.make_loader"

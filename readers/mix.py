@@ -42,6 +42,7 @@ import torch
 from readers.errors import OptionError
 from readers.formats import open_reader
 from readers.order import OrderSpec, global_order, resolve_rank
+from readers.quality import warn_if_mix_poorly_mixed
 from readers.record import Record
 from readers.record_stream import RecordStream
 from readers.spec import ReadSpec, combined_sizes
@@ -136,6 +137,7 @@ class MixedIterable(RecordStream):
         )
         self.setup(spec, order)
         self._sequence: tuple[int, np.ndarray, np.ndarray] | None = None
+        warn_if_mix_poorly_mixed(self)
 
     # -- the order ----------------------------------------------------------------------------
     def dataset_seed(self, i: int) -> int:

@@ -52,6 +52,22 @@ def global_order(
     return order
 
 
+PACK_ORDERS = ("shuffled", "source")
+PACK_STREAM = 0x5041434B  # "PACK": the pack's permutation is drawn apart from every epoch's order
+
+
+def pack_order(num_items: int, kind: str = "shuffled", seed: int = 0) -> np.ndarray:
+    """The source positions in the order a pack writes them (int64): a seeded permutation
+    (``shuffled``, the default, so block-wise reads of a class-sorted source still mix classes)
+    or the source order itself (``source``)."""
+    if kind not in PACK_ORDERS:
+        raise ValueError(f"order {kind!r}; use one of {', '.join(PACK_ORDERS)}")
+    if kind == "source" or num_items <= 1:
+        return np.arange(num_items, dtype=np.int64)
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, num_items, PACK_STREAM])
+    return rng.permutation(num_items).astype(np.int64)
+
+
 def rank_positions(
     num_samples: int,
     rank: int,

@@ -7,6 +7,11 @@ and yield them (a whole batch per span, or one item per sample), adding what it 
 ``self._pass.samples``. Everything else — which positions this rank and this DataLoader worker
 read, ``set_epoch`` reaching persistent workers, ``len()``, and the resume rules of
 ``readers.resume`` — lives here once.
+
+Each new pass is the next epoch unless the epoch was chosen for it (``set_epoch``, or a loaded
+state's epoch). The process that starts a pass decides its epoch (``begin_pass``): the one that
+iterates, or ``make_loader``'s loader before its workers start; workers read it from shared memory,
+so every worker count, persistent workers included, reads the same epochs.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class EpochStream(IterableDataset):
         self._worker_yields = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._resume: ResumePoint | None = None  # set by load_state_dict, used by the next iteration
         self._pass: Pass | None = None  # the iteration running in this process
+        self._chosen = True  # the next pass reads self.epoch as it is (else: the epoch after it)
+        self._running = False  # a pass is being iterated in this process
 
     def identity(self) -> dict[str, Any]:
         """What besides ``order`` a state must match to resume this stream (a subclass adds)."""
@@ -56,12 +63,37 @@ class EpochStream(IterableDataset):
         return int(self._epoch.item())
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch to read. A pending resume point survives only if it names this epoch."""
-        self._epoch.fill_(int(epoch))
+        """Select the epoch of the next pass (without it, each pass is the next epoch). After
+        ``load_state_dict`` only the state's own epoch may be set."""
+        if self._resume is not None and int(self._worker_yields.item()) > 0:
+            self._resume = None  # DataLoader workers have read the resumed epoch (their copies)
         if self._resume is not None and self._resume.epoch != int(epoch):
-            self._resume = None
+            raise ResumeError(
+                f"set_epoch({int(epoch)}) contradicts the loaded state, which resumes epoch "
+                f"{self._resume.epoch}: call set_epoch({self._resume.epoch}) (or nothing: the epoch "
+                "advances by itself), or do not load the state to start epoch "
+                f"{int(epoch)} from its beginning"
+            )
+        self._epoch.fill_(int(epoch))
+        self._chosen = True
         self._pass = None
         self._worker_yields.zero_()
+
+    def begin_pass(self, hand_over: bool = False) -> int:
+        """Decide the epoch of the pass that starts now: the chosen one, else the next.
+
+        ``hand_over``: the caller (a loader without workers) decided it for the iteration of this
+        process that follows, which must not advance it again."""
+        if not self._chosen:
+            self._epoch.add_(1)
+            self._pass = None
+            self._worker_yields.zero_()
+        self._chosen = hand_over
+        return self.epoch
+
+    def _next_epoch(self) -> int:
+        """The epoch the next pass reads."""
+        return self.epoch if self._chosen else self.epoch + 1
 
     @property
     def num_samples(self) -> int:
@@ -79,7 +111,7 @@ class EpochStream(IterableDataset):
 
     def _pending_resume(self) -> ResumePoint | None:
         resume = self._resume
-        return resume if resume is not None and resume.epoch == self.epoch else None
+        return resume if resume is not None and resume.epoch == self._next_epoch() else None
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Where the epoch stands, as a plain dict to save with a checkpoint.
@@ -111,15 +143,21 @@ class EpochStream(IterableDataset):
         """Resume from ``state`` (from ``state_dict`` or ``loader.state_dict()``): the next
         iteration of that epoch yields exactly what an uninterrupted run would have yielded next."""
         in_worker = get_worker_info() is not None
+        if self._running and not in_worker:
+            raise ResumeError(
+                "load_state_dict() was called while this stream is being iterated; call it before "
+                "the `for` loop starts (then that loop resumes)"
+            )
         point = check_state(state, self.order, in_worker, self.identity())
         if not in_worker:  # a worker's state must not move the epoch the main process chose
             self._epoch.fill_(point.epoch)
+            self._chosen = True
         self._resume = point
         self._pass = None
         self._worker_yields.zero_()
 
     def _start_point(self) -> ResumePoint:
-        return ResumePoint(self.epoch, 0, 0)
+        return ResumePoint(self._next_epoch(), 0, 0)
 
     def _state(self, point: ResumePoint) -> dict[str, Any]:
         return make_state(point, self.order, self.identity())
@@ -133,9 +171,25 @@ class EpochStream(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:
+            yield from self._iterate(info.id, info.num_workers)
+            return
+        self.begin_pass()
+        self._running = True
+        try:
+            yield from self._iterate(0, 1)
+        finally:
+            self._running = False
+
+    def pass_start(self, epoch: int) -> ResumePoint:
+        """Where a pass over ``epoch`` starts: the loaded state's point in it, else its beginning."""
+        resume = self._resume
+        return resume if resume is not None and resume.epoch == epoch else ResumePoint(epoch, 0, 0)
+
+    def _iterate(self, worker: int, workers: int) -> Iterator[Any]:
+        info = get_worker_info()
         epoch = self.epoch
-        start = self._pending_resume() or self._start_point()
+        start = self.pass_start(epoch)
         self._resume = None  # used up by this iteration (persistent workers must not reuse it)
         skip = start.worker_skip(worker, workers)
         self._pass = Pass(epoch, ResumePoint(epoch, start.position, start.offset), worker, workers, skip)

@@ -75,7 +75,7 @@ else:
     def chunk(items, spec):
         return [(item.index, item.rel, "not decoded (memory benchmark)") for item in items]
 
-    def write_part(writer, part, results, on_error, tick=lambda n: None):
+    def write_part(writer, part, results, on_error, tick=lambda n: None, first=0):
         for _ in results:
             seen[0] += 1
         tick(0)

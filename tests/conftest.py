@@ -71,6 +71,16 @@ def packed(tmp_path_factory):
     return make
 
 
+def packed_items(root: Path, src: Path = SAMPLE_DATA) -> list:
+    """The source's items in the order the dataset at ``root`` stores them (packs shuffle the
+    source), each ``index`` being its dataset index."""
+    from packer.source import SourceItem, scan_folder
+    from readers import source_paths
+
+    by_rel = {item.rel: item for item in scan_folder(src).items}
+    return [SourceItem(k, by_rel[r].path, r, by_rel[r].label) for k, r in enumerate(source_paths(root))]
+
+
 def reference_pixels(path: str, spec) -> np.ndarray:
     """The preprocessed image before encoding, straight from Pillow (what lossless formats store)."""
     from packer.preprocess import preprocess_image

@@ -15,6 +15,7 @@ from readers.batch import BatchAssembler, _resize
 from readers.decode import decode_array
 from readers.formats import open_reader
 from readers.shmring import MAX_SLOTS, STATS, mapped_rings
+from tests.conftest import packed_items
 
 N_SAMPLE = 44  # images in sample_data
 
@@ -91,9 +92,7 @@ def test_grayscale_and_rgba_sources_packed_as_rgb(packed, sample_dir):
     got = batches(path, workers=2, batch_size=11, shuffle=False)
     images = np.concatenate([hwc(x, "CHW") for x, _ in got])
     assert images.shape == (N_SAMPLE, 32, 32, 3)
-    from packer.source import scan_folder
-
-    gray = [item.index for item in scan_folder(sample_dir).items if "gray" in item.rel]
+    gray = [item.index for item in packed_items(path, sample_dir) if "gray" in item.rel]
     assert len(gray) >= 4 and len(gray) < N_SAMPLE
     for i in gray:  # grayscale sources come back as three equal channels
         assert (images[i, :, :, 0] == images[i, :, :, 1]).all() and (

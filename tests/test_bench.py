@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import REPO, SAMPLE_DATA, run_cli
+from conftest import REPO, SAMPLE_DATA, packed_items, run_cli
 from PIL import Image
 
 from packer.bench.baseline import ImageFolderBaseline
@@ -113,9 +113,10 @@ def test_baseline_gives_the_packed_output(fixed_ds):
     base = ImageFolderBaseline(SAMPLE_DATA, read_manifest(fixed_ds).preprocess, decode="numpy")
     assert len(base) == len(ds) and base.classes == ds.classes
     diffs = []
-    for i in range(len(ds)):
+    at = {path: j for j, (path, _) in enumerate(base.samples)}  # the pack is shuffled, the folder not
+    for i, item in enumerate(packed_items(fixed_ds)):
         packed_img, packed_label = ds[i]
-        base_img, base_label = base[i]
+        base_img, base_label = base[at[item.path]]
         assert base_label == packed_label
         assert base_img.shape == packed_img.shape == (56, 56, 3)
         diffs.append(np.abs(base_img.astype(np.int16) - packed_img.astype(np.int16)).mean())

@@ -23,7 +23,7 @@ from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
 from readers.manifest import read_manifest
 from tests.badinput import by_outcome, make_bad_corpus
-from tests.conftest import SAMPLE_DATA, reference_pixels, run_cli
+from tests.conftest import SAMPLE_DATA, packed_items, reference_pixels, run_cli
 
 SPEC = {"resize": 40}
 
@@ -45,7 +45,7 @@ def test_round_trip_is_pixel_exact_and_pillow_agrees(packed, mode):
     spec = PreprocessSpec(mode=mode, encode="bmp", **SPEC)
     assert reader.manifest.encoding == "bmp" and len(reader) == len(scan.items)
     rows = index_rows(path)
-    for item, record, row in zip(scan.items, reader.read_block(0, len(reader)), rows):
+    for item, record, row in zip(packed_items(path), reader.read_block(0, len(reader)), rows):
         assert row[7] == item.rel and record.label == item.label == row[1]
         ours = decode_array(record)
         np.testing.assert_array_equal(ours, reference_pixels(item.path, spec))
@@ -54,7 +54,7 @@ def test_round_trip_is_pixel_exact_and_pillow_agrees(packed, mode):
             theirs = np.asarray(img)
         np.testing.assert_array_equal(ours, theirs[:, :, None] if mode == "L" else theirs)
         assert (path / row[0]).read_bytes()[28] == (8 if mode == "L" else 24)  # bits per pixel
-    np.testing.assert_array_equal(reader.labels(), [item.label for item in scan.items])
+    np.testing.assert_array_equal(reader.labels(), [item.label for item in packed_items(path)])
 
 
 def test_tree_is_an_image_folder_with_the_same_labels(packed):
@@ -87,7 +87,7 @@ def test_name_collisions_across_parts_are_deterministic(tmp_path):
     outs = []
     for shards, workers in ((1, 1), (4, 2)):
         out = tmp_path / f"out{shards}"
-        pack_folder(src, out, "bmp", spec, workers=workers, options={"shards": shards})
+        pack_folder(src, out, "bmp", spec, workers=workers, options={"shards": shards}, order="source")
         outs.append(out)
     rows1, rows4 = index_rows(outs[0]), index_rows(outs[1])
     assert [r[:7] for r in rows1] == [r[:7] for r in rows4]
@@ -109,6 +109,13 @@ def test_name_collisions_across_parts_are_deterministic(tmp_path):
             np.asarray(Image.open(outs[1] / name)), reference_pixels(str(src / rel), PreprocessSpec())
         )
     assert len(list(outs[1].rglob("*.bmp"))) == len(names) + 1
+    shuffled = tmp_path / "shuffled"  # classes interleaved: a name is still never claimed twice
+    pack_folder(src, shuffled, "bmp", spec, workers=2, options={"shards": 3}, order="shuffled", seed=1)
+    for rel, name in ((r[7], r[0]) for r in index_rows(shuffled)):
+        np.testing.assert_array_equal(
+            np.asarray(Image.open(shuffled / name)), reference_pixels(str(src / rel), PreprocessSpec())
+        )
+    assert len(list(shuffled.rglob("*.bmp"))) == len(names) + 1
 
 
 @pytest.mark.parametrize("swap", ["opencv", "numpy"])

@@ -22,6 +22,7 @@ from readers.dali.feed import BatchFeed
 from readers.errors import OptionError
 from readers.formats import format_names, open_reader
 from readers.order import OrderSpec
+from readers.resume import ResumeError
 from tests.conftest import REPO, cli_env
 
 FIXED = {"resize": 64, "crop": 64}
@@ -130,15 +131,44 @@ def test_set_epoch_changes_order_and_repeats_exactly(packed, device):
     ids = identities(path)
     loader = dali_loader(path, batch_size=8, device=device, block_size=4, buffer_size=16, num_workers=2)
     epoch0 = sample_ids(loader, ids)
+    loader.set_epoch(0)
     for i, _ in enumerate(loader):  # abandon an epoch half way: the next one starts afresh
         if i == 1:
             break
+    loader.set_epoch(0)
     assert sample_ids(loader, ids) == epoch0
     loader.set_epoch(1)
     epoch1 = sample_ids(loader, ids)
     assert epoch1 != epoch0 and sorted(set(epoch1)) == list(range(44))
     loader.set_epoch(0)
     assert sample_ids(loader, ids) == epoch0
+
+
+@pytest.mark.parametrize("device", ["cpu", "dataloader"])
+def test_each_pass_is_the_next_epoch_and_a_resume_goes_on_from_its_own(packed, device):
+    path = packed("lmdb", **RAW)
+    ids = identities(path)
+    options = dict(device=device, block_size=4, buffer_size=16, num_workers=2)
+    explicit = dali_loader(path, batch_size=4, **options)
+    reference = []
+    for epoch in range(3):
+        explicit.set_epoch(epoch)
+        reference.append(sample_ids(explicit, ids))
+    auto = dali_loader(path, batch_size=4, **options)
+    assert [sample_ids(auto, ids) for _ in range(3)] == reference and auto.epoch == 2
+    auto.set_epoch(1)
+    for i, _ in enumerate(auto):
+        if i == 1:
+            break
+    state = auto.state_dict()
+    resumed = dali_loader(path, batch_size=4, **options)
+    resumed.load_state_dict(state)
+    with pytest.raises(
+        ResumeError, match=r"set_epoch\(0\) contradicts the loaded state, which resumes epoch 1"
+    ):
+        resumed.set_epoch(0)
+    assert sample_ids(resumed, ids) == reference[1][8:]  # the rest of epoch 1, then epoch 2
+    assert sample_ids(resumed, ids) == reference[2]
 
 
 @pytest.mark.parametrize("device", ["cpu", "dataloader"])
@@ -260,6 +290,7 @@ def test_dali_loader_resumes_mid_epoch_exactly(packed, device):
     loader = dali_loader(path, batch_size=4, seed=2, device=device, num_workers=2)
     loader.set_epoch(1)
     full = [labels.tolist() for _, labels in loader]
+    loader.set_epoch(1)  # again: a new pass would be the next epoch
     taken = []
     for _, labels in loader:
         taken.append(labels.tolist())

@@ -127,6 +127,7 @@ def test_resume_yields_exactly_the_remaining_batches(fmt_path, num_workers):
     full = batch_list(it, num_workers)
     k = 3
     taken = []
+    it.set_epoch(3)  # again (a new pass in this process would be the next epoch)
     for batch in DataLoader(it, batch_size=None, num_workers=num_workers):
         taken.append(batch)
         if len(taken) == k:

@@ -21,7 +21,7 @@ from readers.errors import ChecksumError, ImgpackError
 from readers.formats import open_reader
 from readers.manifest import read_manifest
 from tests.badinput import by_outcome, make_bad_corpus
-from tests.conftest import SAMPLE_DATA, reference_pixels, run_cli
+from tests.conftest import SAMPLE_DATA, packed_items, reference_pixels, run_cli
 
 SMALL = {"resize": 40}
 FIXED = {"resize": 40, "crop": 32}
@@ -42,7 +42,7 @@ def test_round_trip_every_encoding(packed, encoding):
     scan = scan_folder(SAMPLE_DATA)
     assert len(reader) == len(scan.items) and reader.manifest.encoding == encoding
     block = reader.read_block(0, len(reader))
-    for item, record in zip(scan.items, block):
+    for item, record in zip(packed_items(path), block):
         sample = preprocess_file(item.path, item.rel, item.label, item.index, spec)
         assert bytes(record.data) == sample.data  # stored bytes are exactly the packer's output
         assert (record.label, record.height, record.width, record.channels) == (
@@ -51,7 +51,7 @@ def test_round_trip_every_encoding(packed, encoding):
         assert bytes(reader.read(item.index).data) == sample.data
         if encoding in ("png", "bmp", "raw"):  # lossless: pixel-exact against Pillow's preprocess
             np.testing.assert_array_equal(decode_array(record), reference_pixels(item.path, spec))
-    np.testing.assert_array_equal(reader.labels(), [item.label for item in scan.items])
+    np.testing.assert_array_equal(reader.labels(), [item.label for item in packed_items(path)])
 
 
 def test_plain_h5py_reading_as_the_readme_describes(packed):
@@ -71,7 +71,7 @@ def test_plain_h5py_reading_as_the_readme_describes(packed):
             np.testing.assert_array_equal(pixels, decode_array(encoded.read(i)))
             assert tuple(f["shapes"][i]) == pixels.shape
             assert manifest["classes"][labels[i]] == keys[i].split("/")[0]
-        assert list(keys) == [item.rel for item in scan.items]
+        assert list(keys) == [item.rel for item in packed_items(encoded.root)]
     with h5py.File(raw.root / "data-000000.h5", "r") as f:
         assert f.attrs["layout"] == "array" and f["images"].shape == (len(scan.items), 32, 32, 3)
         assert f["images"].chunks == (1, 32, 32, 3)

@@ -129,6 +129,7 @@ def test_resume_yields_exactly_the_remaining_batches(paths, num_workers):
     m.set_epoch(1)
     full = collect(m, num_workers)
     k = 4
+    m.set_epoch(1)  # again (a new pass in this process would be the next epoch)
     for taken, _ in enumerate(DataLoader(m, batch_size=None, num_workers=num_workers), 1):
         if taken == k:
             break

@@ -51,7 +51,7 @@ def test_names_that_are_not_utf8_pack_and_resume(tmp_path, fmt):
     manifest = read_manifest(killed)
     assert [os.fsencode(c) for c in manifest.classes] == [b"cat", b"d\xffog"]
     assert [os.fsencode(s["path"]) for s in manifest.skipped] == [b"cat/bad\xfe.jpg"]
-    assert [label for _, label in open_dataset(killed, decode="numpy")] == [0, 0, 0, 1, 1, 1]
+    assert sorted(label for _, label in open_dataset(killed, decode="numpy")) == [0, 0, 0, 1, 1, 1]
     assert verify_dataset(killed).ok
 
 

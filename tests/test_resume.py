@@ -90,6 +90,24 @@ def test_kill_and_resume_trains_on_exactly_the_uninterrupted_samples(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode, workers", [("batch", 2), ("sample", 2), ("batch", 0)])
+def test_kill_mid_epoch_2_without_set_epoch_continues_exactly(packed, tmp_path, mode, workers):
+    """Epochs advance by themselves: the loop never calls set_epoch, before or after the kills,
+    and trains on what an uninterrupted run with set_epoch(epoch) trains on."""
+    path = packed("lmdb", **SPEC)
+    common = ("--mode", mode, "--epochs", "3")
+    (reference,) = train(path, tmp_path / "ref", *common)
+    assert [step[0] for step in reference] == [e for e in range(3) for _ in range(PER_EPOCH)]
+    auto = ("--auto-epoch", "--workers", str(workers), "--persistent")
+    (resumed,) = train(path, tmp_path / "killed", *common, *auto, kill_at=(PER_EPOCH + 1, 2 * PER_EPOCH + 5))
+    assert resumed == reference
+    epochs = [{i for step in reference if step[0] == e for i in step[1:]} for e in range(3)]
+    assert epochs[0] == epochs[1] == epochs[2] == set(all_ids(path))
+    orders = [[i for step in reference if step[0] == e for i in step[1:]] for e in range(3)]
+    assert orders[0] != orders[1] != orders[2]
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", ["batch", "sample"])
 def test_kill_and_resume_under_a_two_rank_gloo_group(packed, tmp_path, mode):
@@ -116,8 +134,14 @@ def test_elastic_resume_covers_the_epoch_exactly_once(packed, tmp_path, before, 
     before_records = [torch.load(p, weights_only=False)["record"] for p in sorted(out.glob("rank*.pt"))]
     assert all(len(r) == 2 for r in before_records)
     finished = train(
-        path, tmp_path / "second", "--world", str(after), "--epochs", "1",
-        "--resume-from", str(out / "rank0.pt"),
+        path,
+        tmp_path / "second",
+        "--world",
+        str(after),
+        "--epochs",
+        "1",
+        "--resume-from",
+        str(out / "rank0.pt"),
     )
     seen = [i for rank in before_records + finished for step in rank for i in step[1:]]
     everything = all_ids(path)
@@ -157,12 +181,68 @@ def reference_it_state(path, epoch: int, consumed: int) -> dict:
     return it.state_dict(consumed=consumed)
 
 
-def test_set_epoch_to_another_epoch_drops_the_resume_point(packed):
+def test_set_epoch_contradicting_a_loaded_state_is_an_error_naming_both_epochs(packed):
+    path = packed("lmdb", **SPEC)
+    for loader in (None, 0, 2):
+        it = open_iterable(path, seed=1, batch_size=4)
+        target = it if loader is None else make_loader(it, num_workers=loader)
+        it.load_state_dict(reference_it_state(path, epoch=2, consumed=8))
+        with pytest.raises(
+            ResumeError, match=r"set_epoch\(3\) contradicts the loaded state, which resumes epoch 2"
+        ):
+            target.set_epoch(3)
+        target.set_epoch(2)  # the state's own epoch: the resume point stays
+        assert len(it) == PER_EPOCH - 2 and it.state_dict()["position"] == 8
+
+
+def test_each_pass_is_the_next_epoch_for_any_workers_and_set_epoch_overrides(packed):
+    path = packed("lmdb", **SPEC)
+    reference_it = open_iterable(path, seed=1, batch_size=4)
+    reference = []
+    for epoch in (0, 1, 2, 7, 8):
+        reference_it.set_epoch(epoch)
+        reference.append(batches(DataLoader(reference_it, batch_size=None)))
+    assert reference[0] != reference[1] != reference[2]
+    runs = {}
+    for workers, persistent in ((0, False), (2, False), (2, True)):
+        it = open_iterable(path, seed=1, batch_size=4)
+        loader = make_loader(it, num_workers=workers, persistent_workers=persistent)
+        got = [batches(loader) for _ in range(3)]
+        loader.set_epoch(7)  # overrides, then the passes go on from there
+        got += [batches(loader) for _ in range(2)]
+        assert loader.epoch == 8
+        runs[(workers, persistent)] = got
+    plain = open_iterable(path, seed=1, batch_size=4)  # the iterable itself, no loader
+    runs["iterable"] = [
+        [labels.tolist() + [int(images.float().sum())] for images, labels in plain] for _ in range(3)
+    ]
+    for name, got in runs.items():
+        assert got == reference[: len(got)], name
+
+
+def test_load_state_dict_while_iterating_is_a_one_line_error(packed):
     path = packed("lmdb", **SPEC)
     it = open_iterable(path, seed=1, batch_size=4)
-    it.load_state_dict(reference_it_state(path, epoch=2, consumed=8))
-    it.set_epoch(3)
-    assert len(it) == PER_EPOCH and it.state_dict()["position"] == 0
+    running = iter(it)
+    next(running)
+    with pytest.raises(ResumeError, match="while this stream is being iterated; call it before"):
+        it.load_state_dict(it.state_dict())
+    loader = make_loader(open_iterable(path, seed=1, batch_size=4), num_workers=2)
+    batches_of = iter(loader)
+    next(batches_of)
+    with pytest.raises(ResumeError, match="while the loader is being iterated; call it before"):
+        loader.load_state_dict(loader.state_dict())
+    del batches_of
+
+
+def test_make_loader_prints_no_third_party_warning(packed):
+    import warnings
+
+    path = packed("lmdb", **SPEC)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = make_loader(open_iterable(path, seed=1, batch_size=4), num_workers=0)
+        assert len(batches(loader)) == PER_EPOCH
 
 
 def test_state_dict_in_the_main_process_refuses_to_guess_what_workers_read(packed):

@@ -23,7 +23,7 @@ from readers.formats import open_reader
 from readers.formats.tfrecord.example import decode_example, encode_example
 from readers.formats.tfrecord.reader import scan_records
 from readers.manifest import MANIFEST_NAME, SEAL_FIELD, seal_of
-from tests.conftest import run_cli
+from tests.conftest import packed_items, run_cli
 
 PNG = {"resize": 40, "crop": 40, "encode": "png"}
 
@@ -54,7 +54,7 @@ def test_tfrecord_package_reads_images_and_labels(packed):
         assert bytes(example["image/format"]) == b"JPEG"
         assert bytes(example["image/colorspace"]) == b"RGB"
     names = [bytes(e["image/filename"]).decode() for e in seen]
-    assert names == sorted(names, key=lambda n: (n.split("/")[0], n)) and names[0].count("/") == 1
+    assert names == [item.rel for item in packed_items(root)] and names[0].count("/") == 1
 
 
 def test_our_indexes_equal_the_tfrecord2idx_tool(packed, tmp_path):

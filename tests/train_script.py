@@ -1,13 +1,14 @@
 """A small real training loop that checkpoints every step, for the kill-and-resume tests.
 
     python tests/train_script.py DATASET OUT --mode batch|sample --workers 2 --persistent
-        --epochs 2 --kill-at 5 11 [--world 2] [--resume-from rank0.pt]
+        --epochs 2 --kill-at 5 11 [--world 2] [--resume-from rank0.pt] [--auto-epoch]
 
 Each step records the identity (sha1 of the pixels) of every sample it trained on; the checkpoint
 (model, optimiser, loader state, step, the record so far) is written atomically after the step.
 With ``--kill-at S`` the process SIGKILLs itself while holding batch S, before that step's
 checkpoint, if it did not start at or after S (so a resumed run goes past it). With ``--world N``
-the ranks form a real gloo group and every rank kills itself at the same step.
+the ranks form a real gloo group and every rank kills itself at the same step. With
+``--auto-epoch`` the loop never calls ``set_epoch``: each pass over the loader is the next epoch.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ def sample_ids(images: torch.Tensor) -> list[str]:
 
 def run_rank(rank: int, args: argparse.Namespace) -> None:
     if args.world > 1:
-        dist.init_process_group("gloo", init_method=f"file://{args.out}/store-{args.attempt}", rank=rank,
-                                world_size=args.world)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{args.out}/store-{args.attempt}", rank=rank, world_size=args.world
+        )
     ckpt_path = Path(args.out) / f"rank{rank}.pt"
     batch_options = {"batch_size": BATCH} if args.mode == "batch" else {}
     it = open_iterable(args.dataset, seed=3, block_size=4, buffer_size=16, **batch_options)
@@ -58,7 +60,8 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
         first_epoch = ckpt["epoch"]
     started_at = step
     for epoch in range(first_epoch, args.epochs):
-        it.set_epoch(epoch)
+        if not args.auto_epoch:
+            it.set_epoch(epoch)
         for images, labels in loader:
             if step in args.kill_at and step > started_at:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -69,10 +72,16 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
                 for p in model.parameters():
                     dist.all_reduce(p.grad)
             optimiser.step()
-            record.append([epoch, *sample_ids(images)])
+            record.append([loader.epoch, *sample_ids(images)])
             step += 1
-            state = {"model": model.state_dict(), "optimiser": optimiser.state_dict(), "step": step,
-                     "record": record, "loader": loader.state_dict(), "epoch": epoch}
+            state = {
+                "model": model.state_dict(),
+                "optimiser": optimiser.state_dict(),
+                "step": step,
+                "record": record,
+                "loader": loader.state_dict(),
+                "epoch": epoch,
+            }
             torch.save(state, ckpt_path.with_suffix(".tmp"))
             os.replace(ckpt_path.with_suffix(".tmp"), ckpt_path)
             if args.world > 1:
@@ -94,6 +103,7 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=1)
     parser.add_argument("--resume-from", default=None)
     parser.add_argument("--attempt", type=int, default=0)
+    parser.add_argument("--auto-epoch", action="store_true")
     args = parser.parse_args()
     os.environ.pop("RANK", None)
     os.environ.pop("WORLD_SIZE", None)

@@ -24,6 +24,7 @@ import numpy as np
 from packer.bench.baseline import ImageFolderBaseline, collate_list
 from packer.bench.harness import BenchError, folder_bytes
 from packer.bench.model import DatasetInfo, Settings, Target
+from packer.order_info import read_quality
 from packer.preprocess import PreprocessSpec
 from readers.manifest import read_manifest
 
@@ -36,6 +37,7 @@ def fixed_size(preprocess: dict[str, Any] | None) -> tuple[int, int] | None:
 
 def describe(target: Target, settings: Settings) -> DatasetInfo:
     """Size on disk, sample count and the read path a target will use."""
+    quality = None
     if target.kind == "baseline":
         samples = ImageFolderBaseline(target.path, skip=target.skip).samples
         disk = sum(os.stat(path).st_size for path, _ in samples)
@@ -45,6 +47,7 @@ def describe(target: Target, settings: Settings) -> DatasetInfo:
         fmt, encoding = "imagefolder", "original"
     else:
         manifest = read_manifest(target.path)
+        quality = read_quality(str(target.path), settings.batch_size)
         disk = folder_bytes(target.path)
         n = manifest.num_samples
         size = fixed_size(manifest.preprocess) if settings.augment == "none" else (settings.augment_size,) * 2
@@ -66,6 +69,7 @@ def describe(target: Target, settings: Settings) -> DatasetInfo:
         bytes_per_image=disk / max(1, n),
         read_path=read_path,
         output_size=list(size) if size else None,
+        read_quality=quality.to_dict() if target.kind != "baseline" and quality else None,
     )
 
 

@@ -73,6 +73,7 @@ class DatasetInfo:
     read_path: str
     output_size: list[int] | None  # [height, width] when every image has it
     random_access: dict[str, Any] | None = None
+    read_quality: dict[str, Any] | None = None  # readers.quality figures of the default read
 
 
 @dataclass

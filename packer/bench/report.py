@@ -64,10 +64,11 @@ def runs_table(report: BenchReport) -> Table:
 
 def datasets_table(report: BenchReport) -> Table:
     headers = ["dataset", "format", "encoding", "samples", "output", "on disk", "bytes/img", "random reads/s"]
-    headers.append("decoded reads/s")
+    headers += ["decoded reads/s", "classes/batch (i.i.d.)", "top class (i.i.d.)"]
     rows = []
     for d in report.datasets:
         access = d.random_access or {}
+        mix = d.read_quality or {}
         rows.append(
             [
                 d.name,
@@ -79,9 +80,16 @@ def datasets_table(report: BenchReport) -> Table:
                 f"{d.bytes_per_image:,.0f}",
                 _rate(access.get("bytes_per_s")),
                 _rate(access.get("decoded_per_s")),
+                _pair(mix, "mean_distinct"),
+                _pair(mix, "mean_largest_class"),
             ]
         )
-    return headers, rows, "lllrrrrrr"
+    return headers, rows, "lllrrrrrrrr"
+
+
+def _pair(mix: dict, key: str) -> str:
+    """A read-quality figure beside its i.i.d. value (``readers.quality``)."""
+    return f"{mix[key]:.1f} ({mix['iid_' + key]:.1f})" if mix else "-"
 
 
 def _text(table: Table) -> str:

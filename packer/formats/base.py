@@ -89,6 +89,9 @@ class FormatWriter:
     name: ClassVar[str] = ""
     # How many parts to cut the source into when the user does not say (None: one part).
     default_samples_per_part: ClassVar[int | None] = None
+    # Whether the samples' bytes hold their dataset index (tar keys): a part written before the
+    # skips of the parts ahead of it were known is then written again with its true first index.
+    stores_indices: ClassVar[bool] = False
 
     def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
         self.out = Path(out)

@@ -161,6 +161,7 @@ class DaliLoader:
         self.prefetch = prefetch
         self.seed = seed
         self.epoch = 0
+        self._chosen = True  # the next pass reads self.epoch (set_epoch, a loaded state, the first)
         self._iterator: Any = None  # DALI iterator, rebuilt when the epoch sequence breaks
         self._next_epoch = 0  # the epoch the DALI pipeline will produce next
         self._taken = 0  # batches handed out in the current pass
@@ -170,11 +171,17 @@ class DaliLoader:
         return self.feed.batches_in(self.epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch; a resume point survives only if it names this epoch."""
+        """Select the epoch of the next pass (without it, each pass is the next epoch); after
+        ``load_state_dict`` only the state's own epoch."""
+        if self.feed.resume is not None and self.feed.resume[0] != int(epoch):
+            raise ResumeError(
+                f"set_epoch({int(epoch)}) contradicts the loaded state, which resumes epoch "
+                f"{self.feed.resume[0]}: call set_epoch({self.feed.resume[0]}) (or nothing: the epoch "
+                "advances by itself), or do not load the state to start epoch "
+                f"{int(epoch)} from its beginning"
+            )
         self.epoch = int(epoch)
-        if self.feed.resume is not None and self.feed.resume[0] != self.epoch:
-            self.feed.resume = None
-            self._iterator = None
+        self._chosen = True
 
     # -- resume (the rules of readers.resume) --------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -190,6 +197,7 @@ class DaliLoader:
         if point.offset:
             raise ResumeError("the DALI loader resumes at batch boundaries; this state is mid-batch")
         self.epoch = point.epoch
+        self._chosen = True
         self.feed.resume = (point.epoch, point.position)
         self.feed._positions = None
         self._iterator = None  # the pipeline is rebuilt for the resumed epoch
@@ -205,6 +213,9 @@ class DaliLoader:
         return list(self.feed.reader.manifest.classes)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if not self._chosen:
+            self.epoch += 1  # a new pass is the next epoch
+        self._chosen = False
         batches = self._iter_dali()
         self._taken = 0
         for batch in batches:

@@ -116,14 +116,10 @@ class Names:
     """Final file names, claimed in dataset order; collisions resolved as the module says."""
 
     def __init__(self) -> None:
-        self.claimed: set[str] = set()
-        self.scope = ""
+        self.claimed: set[str] = set()  # every class's: a shuffled pack visits them in any order
         self.renamed: dict[str, str] = {}
 
     def claim(self, source: str, taken: str | None = None) -> str:
-        scope = source.split("/", 1)[0]
-        if scope != self.scope:  # sources are ordered by class: only one class can collide
-            self.claimed, self.scope = set(), scope
         if taken is None:
             folder, name = posixpath.split(source)
             stem, ext = posixpath.splitext(name)

@@ -4,8 +4,8 @@ On-disk layout (shared with the writer in packer/formats/tar.py):
 - a shard is a plain USTAR archive (mtime 0, uid/gid 0, no PAX headers); each sample is three
   adjacent members ``<key>.<ext>`` (the image: jpg, png, bmp, raw, or the sniffed type of an
   original file), ``<key>.cls`` (the label in ASCII) and ``<key>.json`` (label, class, source
-  path, original size, stored height/width/channels); ``key`` is ``s`` + the sample's source index
-  (no dots, unique in the dataset), so WebDataset and DALI group the members into samples;
+  path, original size, stored height/width/channels); ``key`` is ``s`` + the sample's dataset index
+  (no gaps where a source file was skipped; no dots), so WebDataset and DALI group the members into samples;
 - ``shard-000000.idx`` is the text index DALI's ``wds2idx`` writes (version ``v1.2``): a line
   ``v1.2 <samples>``, then per sample ``<ext> <data offset> <size> <member name>`` for each
   member, in archive order. imgpack parses it once per process and reads a sample, or a block of
@@ -47,8 +47,8 @@ def index_name(tar_name: str) -> str:
     return tar_name[: -len(".tar")] + ".idx" if tar_name.endswith(".tar") else tar_name + ".idx"
 
 
-def sample_key(source_index: int) -> str:
-    return f"s{source_index:09d}"
+def sample_key(dataset_index: int) -> str:
+    return f"s{dataset_index:09d}"
 
 
 def split_member(name: str) -> tuple[str, str]:

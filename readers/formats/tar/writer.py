@@ -70,7 +70,7 @@ def member_header(name: str, size: int) -> bytes:
 
 def sample_members(sample: PackedSample) -> list[tuple[str, str, bytes]]:
     """(extension, member name, bytes) of one sample, image first."""
-    key = sample_key(sample.source_index)
+    key = sample_key(sample.dataset_index)
     ext = image_ext(sample)
     meta = {
         "label": sample.label,
@@ -117,6 +117,7 @@ class TarPartWriter(RollingPartWriter):
 
 
 class TarWriter(RollingWriter):
+    stores_indices = True
     name = "tar"
     part_writer = TarPartWriter
 
