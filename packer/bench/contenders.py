@@ -158,7 +158,7 @@ def open_loader(target: Target, info: DatasetInfo, workers: int, settings: Setti
         kwargs: dict[str, Any] = {"shuffle": True, "seed": settings.seed, **settings.read_options()}
         if "num_threads" in inspect.signature(loader_fn).parameters:
             kwargs["num_threads"] = max(1, workers)
-        loader = loader_fn(target.path, settings.batch_size, **kwargs)
+        loader = loader_fn(target.path, batch_size=settings.batch_size, **kwargs)
         return loader, getattr(loader, "set_epoch", lambda epoch: None)
     collate = None if info.read_path == "sample+stack" else collate_list
     batch, options = settings.batch_size, settings.read_options()
