@@ -234,7 +234,10 @@ def check_worker_states(
     state: dict[str, Any], workers: int, epoch: int, order: OrderSpec, identity: dict[str, Any]
 ) -> None:
     """Check the DataLoader workers' own states in a ``StatefulDataLoader`` state (as each
-    worker will load them), against the loader's ``num_workers`` and ``epoch``."""
+    worker will load them), against the loader's ``num_workers`` and ``epoch``. A worker's
+    snapshot is of its last batch, so at an epoch boundary it may name the epoch before the
+    loader's (it has not yielded in this one yet) or the one after (it has started the next);
+    the worker passes over such a state (readers.stream). Any other epoch is an error."""
     snapshots = state.get("_snapshot", {}).get("_worker_snapshots") or {}
     if not isinstance(snapshots, dict):
         raise ResumeError("resume state's '_worker_snapshots' is not a mapping; pass loader.state_dict()")
@@ -247,7 +250,7 @@ def check_worker_states(
             point = check_state(dataset_state, order, True, identity)
         except ResumeError as exc:
             raise ResumeError(f"{name}: {exc}") from None
-        if point.epoch != epoch:
+        if abs(point.epoch - epoch) > 1:
             raise ResumeError(
                 f"resume state{where} field 'epoch'={point.epoch} disagrees with the loader's epoch "
                 f"{epoch}; pass the loader.state_dict() saved in one piece"

@@ -341,7 +341,7 @@ def _loader_state(path, workers=2, steps=3):
         ({"worker_samples": 10**12}, r"'worker_samples'=1000000000000 is outside 0\.\.\d+"),
         ({"worker_samples": 2.5}, "'worker_samples' must be an integer"),
         ({"worker_samples": -1}, "'worker_samples'"),
-        ({"epoch": 1}, "'epoch'=1 .* the loader's epoch 0"),
+        ({"epoch": 2}, "'epoch'=2 .* the loader's epoch 0"),  # 1 is an epoch boundary's snapshot
         ({"epoch": 2**63}, "'epoch'"),
         ({"worker": 1}, "'worker'=1 .* worker_0"),
         ({"num_workers": 3}, "'num_workers'=3"),
