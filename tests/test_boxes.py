@@ -18,15 +18,7 @@ from readers.boxes import (
     transform_boxes,
 )
 from readers.geometry import RandomResizedCrop, Window, centre_window, resized_size, sample_uniforms
-
-
-def iou(a, b) -> float:
-    ax0, ay0, aw, ah = a
-    bx0, by0, bw, bh = b
-    w = max(0.0, min(ax0 + aw, bx0 + bw) - max(ax0, bx0))
-    h = max(0.0, min(ay0 + ah, by0 + bh) - max(ay0, by0))
-    inter = w * h
-    return inter / (aw * ah + bw * bh - inter)
+from tests.cocodata import iou
 
 
 def drawn_image(h: int, w: int, box) -> np.ndarray:
