@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from packer.preprocess import PackedSample, PreprocessSpec, target_size
@@ -31,3 +34,23 @@ def boxes_for_packed(
         stored = f"{sample.height}x{sample.width}"
         raise RuntimeError(f"{sample.rel}: pack geometry {geometry.out} != stored {stored}")
     return transform_boxes(boxes, geometry)
+
+
+def refit_fields(
+    fields: dict[str, Any], schema: Mapping[str, str], sample: PackedSample, spec: PreprocessSpec
+) -> dict[str, Any]:
+    """A sample's fields with its "boxes" moved into the stored image's pixels and its "box_ints"
+    filtered like them; unchanged when the pack neither resizes nor crops. The packer's hook
+    between ``preprocess_file`` and the writer (fields as ``readers.fields`` values)."""
+    box_names = [n for n, k in schema.items() if k == "boxes" and n in fields]
+    if not box_names or pack_geometry(sample.original_size, spec) == identity_geometry(
+        (sample.original_size[1], sample.original_size[0])
+    ):
+        return fields
+    boxes, kept = boxes_for_packed(np.asarray(fields[box_names[0]], np.float32).reshape(-1, 4), sample, spec)
+    out = dict(fields)
+    out[box_names[0]] = boxes.tolist()
+    for name, kind in schema.items():
+        if kind == "box_ints" and name in out:
+            out[name] = [out[name][i] for i in kept.tolist()]
+    return out

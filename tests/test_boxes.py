@@ -146,3 +146,23 @@ def test_pack_geometry_matches_preprocess(spec):
     got, kept = transform_boxes(np.array([box], np.float32), geometry)
     assert kept.tolist() == [0]
     assert iou(got[0], found_box(np.asarray(out))) >= 0.9
+
+
+def test_refit_fields_moves_boxes_and_filters_per_box_fields():
+    from PIL import Image
+
+    from packer.box_geometry import refit_fields
+    from packer.preprocess import PackedSample
+
+    spec = PreprocessSpec(resize=40, crop=40)
+    boxes = [[70, 20, 40, 50], [0, 0, 10, 10]]  # the second falls outside the centre crop
+    source = Image.fromarray(drawn_image(100, 160, tuple(boxes[0])))
+    out, original = preprocess_image(source, b"", spec)
+    sample = PackedSample(0, "a.png", 0, b"", out.height, out.width, 3, "png", original)
+    schema = {"boxes": "boxes", "categories": "box_ints", "image_id": "int"}
+    fields = {"boxes": boxes, "categories": [4, 5], "image_id": 9}
+    refit = refit_fields(fields, schema, sample, spec)
+    assert refit["categories"] == [4] and refit["image_id"] == 9
+    assert iou(refit["boxes"][0], found_box(np.asarray(out))) >= 0.9
+    plain = PackedSample(0, "a.png", 0, b"", 100, 160, 3, "png", (160, 100))
+    assert refit_fields(fields, schema, plain, PreprocessSpec()) is fields
