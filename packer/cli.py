@@ -64,7 +64,7 @@ BUG_NOTICE = (
 )
 
 
-RESUMABLE_COMMANDS = {"imagefolder", "imagelist"}  # the ones with --resume
+RESUMABLE_COMMANDS = {"imagefolder", "imagelist", "coco"}  # the ones with --resume
 
 
 class ImgpackGroup(click.Group):
@@ -378,6 +378,7 @@ def _register_optional_commands() -> None:
     for module_name, attr in (
         ("packer.bench.cli", "bench"),
         ("packer.imagelist_cli", "imagelist_command"),
+        ("packer.coco_cli", "coco_command"),
         ("packer.show_cli", "show"),
     ):
         try:

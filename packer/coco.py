@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from packer.source import SourceScan
 from readers.boxes import clip_boxes
 from readers.errors import ImgpackError
 
@@ -46,6 +47,7 @@ class CocoRow:
     rel: str  # the COCO file_name, relative to --root (as the manifest records it)
     label: int
     fields: dict[str, Any]
+    where: str = ""  # "images[7]", for skip reasons
 
 
 @dataclass
@@ -169,7 +171,7 @@ def scan_coco(
             scan.empty += 1
             if skip_empty:
                 continue
-        scan.rows.append(_row(scan, full, rel, image, found))
+        scan.rows.append(_row(scan, full, rel, image, found, f"images[{number}]"))
     if not scan.rows:
         first = f"; first problem: {scan.skipped[0]['reason']}" if scan.skipped else ""
         raise ImgpackError(f"{path}: no image to pack ({len(scan.skipped)} skipped){first}")
@@ -189,7 +191,7 @@ def _annotation_problem(ann: Any, images: Mapping[Any, Any], index_of: Mapping[A
     return ""
 
 
-def _row(scan: CocoScan, full: str, rel: str, image: Mapping[str, Any], found: list) -> CocoRow:
+def _row(scan: CocoScan, full: str, rel: str, image: Mapping[str, Any], found: list, where: str) -> CocoRow:
     boxes = np.array([b for b, _, _ in found], np.float32).reshape(-1, 4)
     categories = np.array([c for _, c, _ in found], np.int64)
     crowd = np.array([k for _, _, k in found], np.int64)
@@ -206,4 +208,23 @@ def _row(scan: CocoScan, full: str, rel: str, image: Mapping[str, Any], found: l
         "iscrowd": crowd.tolist(),
         "image_id": image["id"] if isinstance(image["id"], int) else None,
     }
-    return CocoRow(full, rel, label, fields)
+    return CocoRow(full, rel, label, fields, where)
+
+
+def coco_source(
+    annotations: str | os.PathLike, root: str | os.PathLike | None = None, skip_empty: bool = False
+) -> SourceScan:
+    """The ``SourceScan`` ``pack coco`` packs: ``scan_coco``'s rows through the rows entry point
+    (``packer.rows.scan_rows``), the clipped-box count in the manifest's ``extra``."""
+    from packer.rows import Row, scan_rows
+
+    path = Path(annotations).expanduser()
+    scan = scan_coco(path, root, skip_empty)
+    rows = [Row(row.path, row.label, row.fields, f"{path.name} {row.where}") for row in scan.rows]
+    extra = {
+        "coco": str(path.resolve()),
+        "boxes_clipped": str(scan.clipped),
+        "images_without_boxes": str(scan.empty),
+    }
+    base = Path(root).expanduser() if root is not None else path.parent
+    return scan_rows(rows, base, scan.classes, scan.schema, scan.skipped, extra, where=str(path))
