@@ -38,7 +38,15 @@ from packer.formats.base import disk_hint
 from packer.job import PackJob, PartsRun
 from packer.lifetime import die_with_parent
 from packer.output import LocalOutput, Output, OutputLock, check_not_source, open_output, remove_temporaries
-from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
+from packer.parts import (
+    Failure,
+    field_counts,
+    one_line,
+    part_from_dict,
+    part_to_dict,
+    preprocess_chunk,
+    write_part,
+)
 from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
@@ -154,7 +162,7 @@ def _start_methods() -> list[str]:
 
 def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes], sort_keys=True).encode())
+    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes, scan.fields], sort_keys=True).encode())
     digest.update(rel_run(scan.items))  # every rel, UTF-8 (surrogateescape), NUL-terminated
     return digest.hexdigest()
 
@@ -245,6 +253,7 @@ def pack_folder(
 
         check_remote_format(fmt, str(out))
     scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
+    writer = writer.with_fields(scan.fields)
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = PackJob(scan, fmt, writer.spec, options, workers, engine, on_error, resume, quiet, ray_address,
@@ -325,6 +334,8 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
+        fields=dict(scan.fields),
+        field_counts=field_counts(results),
         extra={**extra, "source": _source_name(scan.root), "empty_classes": scan.empty_classes}
         | scan.extra,
     )

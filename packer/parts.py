@@ -8,6 +8,7 @@ file and by Ray tasks (which return plain dicts to the driver).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
@@ -23,6 +24,7 @@ from readers.manifest import Shard
 from readers.remote import is_url
 
 Failure = tuple[int, str, str]  # (source index, relative path, reason)
+FIELD_COUNTS_KEY = "field_counts"  # in a part's extra: how many of its samples set each field
 BLOCK = 32  # items preprocessed (and, from a URL, read) together inside one task
 
 
@@ -41,7 +43,9 @@ def preprocess_chunk(
         try:
             if isinstance(raw, str):
                 raise SkipSample(raw)
-            out.append(preprocess_file(item.path, item.rel, item.label, item.index, spec, raw))
+            sample = preprocess_file(item.path, item.rel, item.label, item.index, spec, raw)
+            sample.fields = item.fields
+            out.append(sample)
         except SkipSample as exc:
             out.append((item.index, item.rel, str(exc)))
     return out
@@ -66,6 +70,7 @@ def write_part(
     part_writer = writer.open_part(part)
     skipped: list[dict[str, str]] = []
     sizes = SizeTally()
+    filled: dict[str, int] = {}
     try:
         for result in results:
             if isinstance(result, tuple):
@@ -76,6 +81,9 @@ def write_part(
             else:
                 part_writer.add(result)
                 sizes.add(result)
+                if result.fields:
+                    for name in json.loads(result.fields):
+                        filled[name] = filled.get(name, 0) + 1
             tick(1)
         shards = part_writer.close()
     except OSError as exc:
@@ -86,7 +94,19 @@ def write_part(
     except BaseException:
         _abort(part_writer)
         raise
-    return PartResult(part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict()})
+    extra = {**part_writer.summary(), SIZES_KEY: sizes.to_dict()}
+    if filled:
+        extra[FIELD_COUNTS_KEY] = filled
+    return PartResult(part, shards, skipped, extra)
+
+
+def field_counts(results: Any) -> dict[str, int]:
+    """How many packed samples set each field, over every part's result."""
+    total: dict[str, int] = {}
+    for result in results:
+        for name, count in result.extra.get(FIELD_COUNTS_KEY, {}).items():
+            total[name] = total.get(name, 0) + count
+    return total
 
 
 def _abort(part_writer: PartWriter) -> None:

@@ -128,6 +128,7 @@ class PackedSample:
     encoding: str
     original_size: tuple[int, int]  # (width, height) of the source after EXIF orientation
     upscaled: bool = False  # enlarged on the way (only with --upscale, or --resize-mode exact)
+    fields: str = ""  # the sample's fields as canonical JSON (readers.fields.encode), "" for none
 
 
 def resized_size_of(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, cast
 
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
-from readers.formats.registry import format_named, formats_taking
+from readers.formats.registry import format_named, formats_storing_fields, formats_taking
 from readers.manifest import Shard
 
 
@@ -89,6 +89,7 @@ class FormatWriter:
     name: ClassVar[str] = ""
     # How many parts to cut the source into when the user does not say (None: one part).
     default_samples_per_part: ClassVar[int | None] = None
+    fields: dict[str, str] = {}  # noqa: RUF012  # the schema of the fields it stores (with_fields)
 
     def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
         self.out = Path(out)
@@ -131,6 +132,19 @@ class FormatWriter:
 
     def check_options(self) -> None:
         """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size)."""
+
+    def with_fields(self, schema: dict[str, str]) -> FormatWriter:
+        """This writer storing the per-sample fields of ``schema`` ({name: kind}); a format whose
+        registry entry does not declare ``stores_fields`` refuses them, naming the fix."""
+        if schema and not format_named(self.name).stores_fields:
+            raise ImgpackError(
+                f"--to {self.name} does not store per-sample fields ({', '.join(schema)}); pack with "
+                "--no-fields, or to a format that stores them: "
+                + ", ".join(formats_storing_fields())
+            )
+        moved = copy.copy(self)
+        moved.fields = dict(schema)
+        return moved
 
     def at(self, out: Path) -> FormatWriter:
         """This writer (its options checked, its spec pinned) writing below ``out`` instead."""
