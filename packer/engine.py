@@ -162,7 +162,8 @@ def _start_methods() -> list[str]:
 
 def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes, scan.fields], sort_keys=True).encode())
+    asked = [fmt, spec.to_dict(), options, scan.classes, scan.fields]
+    digest.update(json.dumps(asked, sort_keys=True).encode())
     digest.update(rel_run(scan.items))  # every rel, UTF-8 (surrogateescape), NUL-terminated
     return digest.hexdigest()
 

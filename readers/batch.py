@@ -243,16 +243,16 @@ class BatchAssembler:
         ``{"label": labels, **fields}``; the fields travel in the same message as the lease.
         """
         if get_worker_info() is None:
-            images, labels = self(records, indices=indices, epoch=epoch)
-            return (images, labels) if fields is None else (images, {"label": labels, **fields})
+            images, label_tensor = self(records, indices=indices, epoch=epoch)
+            return (images, label_tensor) if fields is None else (images, {"label": label_tensor, **fields})
         ring = worker_ring()  # first: it settles a fresh worker's garbage collector (see there)
         shape = (len(records), *self.output_shape(records))
         params = self.params(records, indices, epoch)
         nbytes = int(np.prod(shape))
         slot = ring.acquire(nbytes)
         if slot is None:  # the consumer holds every slot: a one-off buffer, shared on pickling
-            images, labels = self(records, indices=indices, epoch=epoch)
-            return (images, labels) if fields is None else (images, {"label": labels, **fields})
+            images, label_tensor = self(records, indices=indices, epoch=epoch)
+            return (images, label_tensor) if fields is None else (images, {"label": label_tensor, **fields})
         try:
             hwc = ring.slots[slot][:nbytes].view(shape)
             self.fill(records, hwc.numpy(), params)

@@ -255,7 +255,9 @@ def select(schema: Mapping[str, str], wanted: Iterable[str], where: str) -> tupl
     return names
 
 
-def target(label: int, stored: Any, names: Sequence[str], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def target(
+    label: int, stored: Any, names: Sequence[str], extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """A sample's target with fields: ``{"label": label, name: value...}`` for ``names`` (values
     from the record's typed ``stored`` fields, or ``extra`` such as the applied "geometry")."""
     out: dict[str, Any] = {"label": label}

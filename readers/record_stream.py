@@ -108,7 +108,8 @@ class RecordStream(EpochStream):
                 self._pass.samples += counted
                 fields = self._batch_fields(part, indices, epoch)
                 if self.batch_transform is None:
-                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields))  # (images, labels) later
+                    # (images, labels) once received: the pixels in shared memory, the fields alongside
+                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields))
                 else:
                     images, labels = self.assembler(part, indices=indices, epoch=epoch)
                     target = labels if fields is None else {"label": labels, **fields}
@@ -123,8 +124,9 @@ class RecordStream(EpochStream):
                     image = self.transform(image)
                 label: Any = record.label
                 if self.fields is not None:
-                    geometry = self._geometries([record], [index], epoch)[0] if self.fields.wants_geometry else None
-                    label = self.fields.one(record.label, record.fields, geometry)
+                    plan = self.fields
+                    geometry = self._geometries([record], [index], epoch)[0] if plan.wants_geometry else None
+                    label = plan.one(record.label, record.fields, geometry)
                 if self.target_transform is not None:
                     label = self.target_transform(label)
                 self._pass.samples += 1
@@ -139,7 +141,9 @@ class RecordStream(EpochStream):
         if self.fields is None:
             return None
         plan = self.fields
-        geometries = self._geometries(records, indices, epoch) if plan.wants_geometry else [None] * len(records)
+        geometries: list[Any] = [None] * len(records)
+        if plan.wants_geometry:
+            geometries = self._geometries(records, indices, epoch)
         targets = [plan.one(r.label, r.fields, g) for r, g in zip(records, geometries)]
         collated = plan.collate(targets, None)
         del collated["label"]

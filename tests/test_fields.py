@@ -59,7 +59,9 @@ def caption_list(images: Path) -> Path:
 @pytest.fixture(scope="module")
 def boxed(images, tmp_path_factory) -> Path:
     """The images with their drawn rectangle as a box (and a category per box), losslessly in LMDB."""
-    rows = [Row(f"{i:02d}.png", i % 2, {"boxes": [list(rect_of(i))], "cats": [i % 4], "n": i}) for i in range(N)]
+    rows = [
+        Row(f"{i:02d}.png", i % 2, {"boxes": [list(rect_of(i))], "cats": [i % 4], "n": i}) for i in range(N)
+    ]
     out = tmp_path_factory.mktemp("boxed") / "ds"
     pack_rows(rows, images, ["a", "b"], out, "lmdb", {"boxes": "boxes", "cats": "box_ints", "n": "int"},
               workers=1)  # fmt: skip
@@ -93,14 +95,16 @@ def test_a_field_whose_type_changes_skips_the_row_with_its_line(images, tmp_path
     lst.write_text("\n".join(json.dumps(e) for e in entries))  # json.dumps writes NaN
     scan = scan_list(lst, images, fields=["size"])
     assert len(scan) == 6 - 1
-    assert [s["reason"] for s in scan.skipped] == ['l.jsonl line 4: field \'size\': "big" is not an integer']
+    assert [s["reason"] for s in scan.skipped] == ["l.jsonl line 4: field 'size': \"big\" is not an integer"]
     every = scan_list(lst, images)  # the NaN in a JSON value is a skip too
     assert len(every) == 6 - 2 and "line 6: field 'box': not a JSON value" in every.skipped[1]["reason"]
 
 
 def test_multi_label_splits_the_label_column(images, tmp_path):
     csv = tmp_path / "m.csv"
-    csv.write_text("path,tags\n" + "".join(f"{i:02d}.png,{'cat|dog' if i % 2 else 'dog'}\n" for i in range(4)))
+    csv.write_text(
+        "path,tags\n" + "".join(f"{i:02d}.png,{'cat|dog' if i % 2 else 'dog'}\n" for i in range(4))
+    )
     scan = scan_list(csv, images, label_column="tags", multi_label="|")
     assert scan.classes == ["cat", "dog"]
     out = tmp_path / "ds"
@@ -117,7 +121,9 @@ def test_pack_imagelist_cli_fields_and_webdataset_reads_the_captions(images, tmp
     proc = run_cli("imagelist", caption_list(images), "--root", images, "--to", "tar", "-o", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     shards = sorted(glob.glob(str(out / "*.tar")))
-    got = [c for _, c in webdataset.WebDataset(shards, shardshuffle=False).decode("pil").to_tuple("jpg", "txt")]
+    got = [
+        c for _, c in webdataset.WebDataset(shards, shardshuffle=False).decode("pil").to_tuple("jpg", "txt")
+    ]
     assert got == [f"ein Bild Nr. {i} – été" for i in range(N)]
     info = run_cli("info", out)
     assert "caption" in info.stdout and "str" in info.stdout, info.stdout
@@ -150,7 +156,7 @@ def test_boxes_follow_resize_random_crop_and_flip_on_both_paths(boxed, batched):
     it = open_iterable(boxed, crop=crop, flip=0.5, fields=["boxes", "cats", "geometry"], seed=3, layout="HWC",
                        **options)  # fmt: skip
     checked = flipped = 0
-    for images, target in (it if batched else ((im[None], t) for im, t in it)):
+    for images, target in it if batched else ((im[None], t) for im, t in it):
         boxes = target["boxes"] if batched else [target["boxes"]]
         geometries = target["geometry"] if batched else [target["geometry"]]
         for k in range(len(boxes)):
@@ -165,12 +171,16 @@ def test_boxes_follow_resize_random_crop_and_flip_on_both_paths(boxed, batched):
 
 
 def test_batches_from_workers_carry_collated_fields_and_pad_fields(boxed):
-    it = open_iterable(boxed, batch_size=6, crop=40, fields=["boxes", "cats", "n"], pad_fields=True, shuffle=False)
+    it = open_iterable(
+        boxed, batch_size=6, crop=40, fields=["boxes", "cats", "n"], pad_fields=True, shuffle=False
+    )
     loader = make_loader(it, num_workers=2)
     seen = []
     for images, target in loader:
         assert images.shape == (6, 3, 40, 40)
-        assert target["n"].dtype == torch.int64 and target["label"].tolist() == [n % 2 for n in target["n"].tolist()]
+        assert target["n"].dtype == torch.int64 and target["label"].tolist() == [
+            n % 2 for n in target["n"].tolist()
+        ]
         assert target["boxes"].shape[0] == 6 and target["boxes"].shape[2] == 4
         assert target["boxes_count"].tolist() == [1] * 6 and target["cats_count"].tolist() == [1] * 6
         assert target["cats"][:, 0].tolist() == [n % 4 for n in target["n"].tolist()]
@@ -182,7 +192,9 @@ def test_batches_from_workers_carry_collated_fields_and_pad_fields(boxed):
 
 def test_resume_with_persistent_workers_and_fields_gives_the_same_boxes(boxed):
     def reader():
-        it = open_iterable(boxed, batch_size=4, crop=RandomResizedCrop(40), flip=True, fields=["boxes", "n"], seed=5)
+        it = open_iterable(
+            boxed, batch_size=4, crop=RandomResizedCrop(40), flip=True, fields=["boxes", "n"], seed=5
+        )
         return make_loader(it, num_workers=2, persistent_workers=True)
 
     full = [(t["n"].tolist(), [b.tolist() for b in t["boxes"]]) for _, t in reader()]
