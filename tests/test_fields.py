@@ -234,3 +234,20 @@ def test_stored_fields_are_under_the_record_checksum():
     value[-8] ^= 0x01  # inside the fields
     with pytest.raises(Exception, match="checksum"):
         unpack_record(value, verify=True)
+
+
+def test_dali_loader_fallback_returns_fields_with_the_boxes_moved(boxed):
+    from readers import dali_loader
+
+    loader = dali_loader(boxed, batch_size=8, crop=40, device="dataloader", fields=["boxes", "n"], num_workers=1)
+    seen = 0
+    for images, target in loader:
+        for k in range(images.shape[0]):
+            x, y, w, h = rect_of(int(target["n"][k]))
+            box = target["boxes"][k][0].tolist()
+            # the centre crop 40 x 40 of 60 x 80 starts at (left 20, top 10); the box is clipped to it
+            x0, y0 = max(0, x - 20), max(0, y - 10)
+            x1, y1 = min(40, x - 20 + w), min(40, y - 10 + h)
+            assert box == pytest.approx([x0, y0, x1 - x0, y1 - y0], abs=1e-4)
+            seen += 1
+    assert seen == N
