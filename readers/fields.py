@@ -265,3 +265,15 @@ def target(
     for name in names:
         out[name] = extra[name] if extra is not None and name in extra else values.get(name)
     return out
+
+
+def as_tensors(values: dict[str, Any]) -> dict[str, Any]:
+    """Collated fields with NumPy arrays (alone or in lists) as torch tensors, in place."""
+    import torch
+
+    for name, value in values.items():
+        if isinstance(value, np.ndarray):
+            values[name] = torch.from_numpy(value)
+        elif isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+            values[name] = [torch.from_numpy(v) for v in value]
+    return values

@@ -20,6 +20,7 @@ import numpy as np
 from readers.batch import BatchAssembler
 from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
+from readers.fields import as_tensors
 from readers.order import OrderSpec
 from readers.record import Record
 from readers.sample_fields import FieldPlan, common_schema
@@ -112,7 +113,7 @@ class RecordStream(EpochStream):
                     yield whole_batch(self.assembler.shared(part, indices, epoch, fields))
                 else:
                     images, labels = self.assembler(part, indices=indices, epoch=epoch)
-                    target = labels if fields is None else {"label": labels, **fields}
+                    target = labels if fields is None else {"label": labels, **as_tensors(fields)}
                     yield whole_batch((self.batch_transform(images), target))
                 continue
             for record, index in zip(part, indices):

@@ -239,7 +239,9 @@ def test_stored_fields_are_under_the_record_checksum():
 def test_dali_loader_fallback_returns_fields_with_the_boxes_moved(boxed):
     from readers import dali_loader
 
-    loader = dali_loader(boxed, batch_size=8, crop=40, device="dataloader", fields=["boxes", "n"], num_workers=1)
+    loader = dali_loader(
+        boxed, batch_size=8, crop=40, device="dataloader", fields=["boxes", "n"], num_workers=1
+    )
     seen = 0
     for images, target in loader:
         for k in range(images.shape[0]):
