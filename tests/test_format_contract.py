@@ -323,3 +323,24 @@ def test_fields_round_trip_in_every_format_that_stores_them_or_one_clear_refusal
     assert open_dataset(out)[4][1] == rows[4].label  # without fields=: the label, as always
     with pytest.raises(ImgpackError, match="no field 'nope'"):
         open_dataset(out, fields=["nope"])
+
+
+@pytest.mark.remote
+def test_fields_are_packed_into_a_bucket_and_read_back_by_url(fmt, s3, tmp_path):
+    from packer.rows import pack_rows
+
+    fs, options = s3
+    url = f"s3://{BUCKET}/fields-{fmt}"
+    rows = field_rows()
+    spec = PreprocessSpec(**spec_for(fmt))
+    if not format_named(fmt).stores_fields:
+        with pytest.raises(ImgpackError, match="does not store per-sample fields"):
+            pack_rows(rows, SAMPLE_DATA, ["even", "odd"], url, fmt, FIELD_SCHEMA, spec=spec,
+                      storage_options=options)  # fmt: skip
+        return
+    pack_rows(rows, SAMPLE_DATA, ["even", "odd"], url, fmt, FIELD_SCHEMA, spec=spec, workers=1,
+              storage_options=options)  # fmt: skip
+    it = open_iterable(url, storage_options=options, cache_dir=tmp_path / "cache", shuffle=False,
+                       fields=["caption", "boxes"])  # fmt: skip
+    got = [(target["caption"], target["boxes"].shape[0]) for _, target in it]
+    assert got == [(row.fields["caption"], len(row.fields["boxes"])) for row in rows]
