@@ -65,7 +65,7 @@ BUG_NOTICE = (
 )
 
 
-RESUMABLE_COMMANDS = {"imagefolder", "imagelist"}  # the ones with --resume
+RESUMABLE_COMMANDS = {"imagefolder", "imagelist", "coco"}  # the ones with --resume
 
 
 class ImgpackGroup(click.Group):
@@ -362,12 +362,26 @@ def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
         f"preprocess {pre}",
         f"classes   {', '.join(manifest.classes[:10])}{' ...' if len(manifest.classes) > 10 else ''}",
         *describe_sizes(manifest.stored_sizes),
+        *describe_fields(manifest.fields, manifest.field_counts, manifest.num_samples),
         f"skipped   {len(manifest.skipped)}",
         *describe_skips(manifest.skipped),
         *describe_order(manifest, quality),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
     return "\n".join(lines)
+
+
+def describe_fields(schema: dict[str, str], counts: dict[str, int], total: int) -> list[str]:
+    """``pack info``'s lines for the per-sample fields: name, kind and how many samples set it."""
+    if not schema:
+        return []
+    width = max(len(name) for name in schema)
+    rows = [
+        f"  {name:<{width}}  {kind:<8}  {counts.get(name, 0)}/{total} set "
+        f"({100 * counts.get(name, 0) / max(1, total):.0f}%)"
+        for name, kind in schema.items()
+    ]
+    return [f"fields    {len(schema)} per sample", *rows]
 
 
 @main.command()
@@ -420,6 +434,7 @@ def _register_optional_commands() -> None:
     for module_name, attr in (
         ("packer.bench.cli", "bench"),
         ("packer.imagelist_cli", "imagelist_command"),
+        ("packer.coco_cli", "coco_command"),
         ("packer.show_cli", "show"),
     ):
         try:

@@ -39,7 +39,15 @@ from packer.job import PackJob, PartsRun
 from packer.lifetime import die_with_parent
 from packer.output import LocalOutput, Output, OutputLock, check_not_source, open_output, remove_temporaries
 from packer.pack_order import misnumbered, order_record, ordered_items, planned_firsts, write_source_paths
-from packer.parts import Failure, one_line, part_from_dict, part_to_dict, preprocess_chunk, write_part
+from packer.parts import (
+    Failure,
+    field_counts,
+    one_line,
+    part_from_dict,
+    part_to_dict,
+    preprocess_chunk,
+    write_part,
+)
 from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
@@ -158,8 +166,14 @@ def _fingerprint(
     scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any], order: dict[str, Any]
 ) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes, order], sort_keys=True).encode())
+    asked: list[Any] = [fmt, spec.to_dict(), options, scan.classes, order]
+    if scan.fields:  # a resumed pack must carry the same fields
+        asked.append(scan.fields)
+    digest.update(json.dumps(asked, sort_keys=True).encode())
     digest.update(rel_run(scan.items))  # every rel, UTF-8 (surrogateescape), NUL-terminated
+    if scan.fields:
+        for item in scan.items:
+            digest.update(item.fields.encode() + b"\0")
     return digest.hexdigest()
 
 
@@ -257,6 +271,7 @@ def pack_folder(
 
         check_remote_format(fmt, str(out))
     scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
+    writer = writer.with_fields(scan.fields)
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = PackJob(scan, fmt, writer.spec, options, workers, engine, on_error, resume, quiet, ray_address,
@@ -352,6 +367,8 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
         shards=shards,
         skipped=skipped,
         stored_sizes=merge_sizes(r.extra for r in results),
+        fields=dict(scan.fields),
+        field_counts=field_counts(results),
         extra={
             **extra,
             "source": _source_name(scan.root),

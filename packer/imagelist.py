@@ -18,12 +18,16 @@ import io
 import json
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packer.rows import Row as RowsRow
+from packer.rows import fields_schema, scan_rows
 from packer.source import SourceItem, SourceScan
 from readers.errors import ImgpackError
+from readers.fields import FieldError, encode, normalise
 
 PATH_COLUMNS = ("path", "file", "filename", "file_name", "image", "image_path", "img", "image_id", "id")
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "label_id")
@@ -40,6 +44,7 @@ class Row:
     path: str
     label: Any
     problem: str = ""  # why the row cannot be used at all (its path or label has the wrong type)
+    fields: dict[str, Any] = field(default_factory=dict)  # the other columns / JSON keys
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -50,11 +55,28 @@ def _shown(value: Any, limit: int = 60) -> str:
 
 def _json_row(number: int, entry: dict, path_key: str, label_key: str) -> Row:
     path, label = entry.get(path_key, ""), entry.get(label_key, "")
+    extra = {k: v for k, v in entry.items() if k not in (path_key, label_key)}
     if not isinstance(path, str):
         return Row(number, "", label, f"path {_shown(path)} is not a string")
+    if isinstance(label, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in label):
+        return Row(number, path, label, fields=extra)  # several labels (--multi-label)
     if isinstance(label, bool) or not isinstance(label, (str, int)):
         return Row(number, path, "", f"label {_shown(label)} is neither an integer nor a class name")
-    return Row(number, path, label)
+    return Row(number, path, label, fields=extra)
+
+
+def _cell_value(text: str) -> Any:
+    """A CSV cell typed from its text: an integer, a number, else the text ("" is no value)."""
+    text = text.strip()
+    if not text:
+        return None
+    if _INTEGER.fullmatch(text) and len(text) <= 18:
+        return int(text)
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if number == number and abs(number) != float("inf") else text
 
 
 def _json_integer(text: str) -> int | str:
@@ -135,7 +157,14 @@ def read_rows(
         if max(p_at, l_at) >= len(cells):
             rows.append(Row(number, cells[p_at].strip() if p_at < len(cells) else "", ""))
         else:
-            rows.append(Row(number, cells[p_at].strip(), cells[l_at].strip()))
+            extra = {}
+            if header:
+                extra = {
+                    name: _cell_value(cells[at])
+                    for at, name in enumerate(names)
+                    if at not in (p_at, l_at) and at < len(cells) and name
+                }
+            rows.append(Row(number, cells[p_at].strip(), cells[l_at].strip(), fields=extra))
     return rows
 
 
@@ -235,8 +264,16 @@ def scan_list(
     label_column: str | None = None,
     header: bool = True,
     suffix: str = "",
+    fields: Sequence[str] | None = None,
+    no_fields: bool = False,
+    multi_label: str | None = None,
 ) -> SourceScan:
-    """The ``SourceScan`` of a label file, with the rows it could not use in ``skipped``."""
+    """The ``SourceScan`` of a label file, with the rows it could not use in ``skipped``.
+
+    Every other column (JSON key) is a per-sample field, typed from the data (readers/fields.py),
+    or only those named in ``fields``, or none (``no_fields``). ``multi_label``: the label column
+    holds several labels, split at this separator (or a JSON list); such a sample's label is -1
+    and its class indices are the field "labels"."""
     list_path = Path(list_path).expanduser()
     root = Path(root).expanduser() if root is not None else list_path.parent
     if not root.is_dir():
@@ -244,7 +281,15 @@ def scan_list(
             f"{root}: --root is not a folder; give the folder the list's paths are relative to"
         )
     rows = read_rows(list_path, path_column, label_column, header)
+    if multi_label is None:  # a JSON list of labels is for --multi-label only
+        for row in rows:
+            if isinstance(row.label, list) and not row.problem:
+                row.problem = f"label {_shown(row.label)} is neither an integer nor a class name"
+                row.label = ""
+    else:
+        return _scan_multi_label(list_path, root, rows, classes_file, suffix, fields, no_fields, multi_label)
     classes, resolve = _label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
+    schema = _select_fields(list_path, rows, fields, no_fields)
     base = os.path.abspath(root)
     base_real = os.path.realpath(base)
     items: list[SourceItem] = []
@@ -282,10 +327,80 @@ def scan_list(
         elif not os.path.isfile(full):
             skipped.append({"path": rel, "reason": f"{where}: file not found under {root}"})
         else:
-            items.append(SourceItem(len(items), full, rel, label))
+            try:
+                values = encode(normalise(schema, row.fields)).decode() if schema else ""
+            except FieldError as exc:
+                skipped.append({"path": rel, "reason": f"{where}: {exc}"})
+                continue
+            items.append(SourceItem(len(items), full, rel, label, values))
     if not items:
         first = f"; first problem: {skipped[0]['reason']}" if skipped else ""
         raise ImgpackError(f"{list_path}: no usable rows ({len(skipped)} skipped){first}")
     used = {item.label for item in items}
     empty = [name for i, name in enumerate(classes) if i not in used]
-    return SourceScan(root, classes, items, empty, skipped=skipped, extra={"list": str(list_path.resolve())})
+    return SourceScan(
+        root, classes, items, empty, skipped=skipped, extra={"list": str(list_path.resolve())}, fields=schema
+    )
+
+
+def _select_fields(
+    list_path: Path, rows: list[Row], wanted: Sequence[str] | None, none: bool
+) -> dict[str, str]:
+    """The schema of the fields kept: every other column (``wanted`` None), those named, or none."""
+    if none:
+        for row in rows:
+            row.fields = {}
+        return {}
+    if wanted is not None:
+        columns = {name for row in rows for name in row.fields}
+        unknown = [name for name in wanted if name not in columns]
+        if unknown:
+            raise ImgpackError(
+                f"{list_path}: --fields names {', '.join(unknown)}, not a column of the list "
+                f"(columns besides path and label: {', '.join(sorted(columns)) or 'none'})"
+            )
+        for row in rows:
+            row.fields = {k: v for k, v in row.fields.items() if k in wanted}
+    return fields_schema([RowsRow(r.path, 0, r.fields) for r in rows if not r.problem], None, str(list_path))
+
+
+def _scan_multi_label(
+    list_path: Path,
+    root: Path,
+    rows: list[Row],
+    classes_file: str | os.PathLike | None,
+    suffix: str,
+    wanted: Sequence[str] | None,
+    none: bool,
+    separator: str,
+) -> SourceScan:
+    """``scan_list`` for a label column holding several labels: classes from every label (or
+    ``classes_file``), each sample labelled -1 with its class indices in the field "labels"."""
+    parts = {id(row): _label_parts(row.label, separator) for row in rows}
+    singles = [Row(r.line, r.path, part) for r in rows if not r.problem for part in parts[id(r)]]
+    classes, resolve = _label_resolver(singles, read_classes(Path(classes_file)) if classes_file else None)
+    schema = _select_fields(list_path, rows, wanted, none)
+    out: list[RowsRow] = []
+    skipped: list[dict[str, str]] = []
+    for row in rows:
+        where = f"{list_path.name} line {row.line}"
+        if row.problem or not row.path:
+            reason = f"{where}: {row.problem or 'empty path'}"
+            skipped.append({"path": row.path or f"<{where}>", "reason": reason})
+            continue
+        labels = [resolve(part) for part in parts[id(row)]]
+        if None in labels:
+            bad = parts[id(row)][labels.index(None)]
+            reason = f"{where}: unknown label {bad!r} ({len(classes)} classes)"
+            skipped.append({"path": row.path, "reason": reason})
+            continue
+        out.append(RowsRow(row.path + suffix, -1, {**row.fields, "labels": labels}, where))
+    full_schema = {**schema, "labels": "ints"}
+    extra = {"list": str(list_path.resolve())}
+    return scan_rows(out, root, classes, full_schema, skipped, extra, str(list_path))
+
+
+def _label_parts(label: Any, separator: str) -> list[Any]:
+    if isinstance(label, list):
+        return label
+    return [part.strip() for part in str(label).split(separator) if part.strip()]

@@ -16,7 +16,9 @@ pack imagelist val.csv --root ~/data/val --to lmdb -o val.lmdb --resize 256
 pack imagelist labels.jsonl --root imgs --classes classes.txt --to tar -o out
 
 Labels are integers or class names; classes come from --classes (one name per line) or from
-the labels. Missing files, unknown labels and duplicate paths are skipped with a reason.
+the labels. Every other column (JSON key) is kept as a per-sample field, typed from the data
+(--fields a,b keeps some, --no-fields none). Missing files, unknown labels, duplicate paths and
+field values of the wrong type are skipped with a reason.
 """
 
 
@@ -25,11 +27,16 @@ def imagelist_command(group: click.Group) -> click.Command:
     imagefolder = group.commands["imagefolder"]
     shared = [p for p in imagefolder.params if p.name != "src"]
 
-    def run(list_file, root, classes, path_column, label_column, no_header, suffix, **options):
+    def run(list_file, root, classes, path_column, label_column, no_header, suffix, fields, no_fields,
+            multi_label, **options):  # fmt: skip
         from packer.imagelist import scan_list
         from readers.errors import ImgpackError
 
-        scan = scan_list(list_file, root, classes, path_column, label_column, not no_header, suffix)
+        wanted = [name.strip() for name in fields.split(",") if name.strip()] if fields else None
+        if wanted is not None and no_fields:
+            raise ImgpackError("--fields keeps the named columns and --no-fields drops them all: pass one")
+        scan = scan_list(list_file, root, classes, path_column, label_column, not no_header, suffix,
+                         wanted, no_fields, multi_label)  # fmt: skip
         if scan.skipped and options["on_error"] == "fail":
             first = scan.skipped[0]
             raise ImgpackError(
@@ -52,6 +59,19 @@ def imagelist_command(group: click.Group) -> click.Command:
         click.Option(["--label-column"], default=None, help="Column (or JSON key) with the label."),
         click.Option(["--no-header"], is_flag=True, help="CSV/TSV without a header row (columns 0 and 1)."),
         click.Option(["--suffix"], default="", help="Appended to every path, e.g. .jpg for bare ids."),
+        click.Option(
+            ["--fields"],
+            default=None,
+            help="Keep only these other columns as per-sample fields (comma-separated) [default: all].",
+        ),
+        click.Option(["--no-fields"], is_flag=True, help="Keep no other column: path and label only."),
+        click.Option(
+            ["--multi-label"],
+            metavar="SEP",
+            default=None,
+            help="The label column holds several labels split at SEP (or a JSON list): label -1, "
+            "class indices in the field 'labels'.",
+        ),
         *shared,
     ]
     return click.Command("imagelist", callback=run, params=params, help=LIST_HELP)

@@ -8,6 +8,7 @@ file and by Ray tasks (which return plain dicts to the driver).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
@@ -25,6 +26,7 @@ from readers.remote import is_url
 Failure = tuple[int, str, str]  # (source index, relative path, reason)
 FIRST_KEY = "first"  # PartResult.extra: the dataset index the part's first sample was given
 SKIPPED_AT_KEY = "skipped_at"  # PartResult.extra: positions in the part of the files skipped
+FIELD_COUNTS_KEY = "field_counts"  # in a part's extra: how many of its samples set each field
 BLOCK = 32  # items preprocessed (and, from a URL, read) together inside one task
 
 
@@ -43,7 +45,9 @@ def preprocess_chunk(
         try:
             if isinstance(raw, str):
                 raise SkipSample(raw)
-            out.append(preprocess_file(item.path, item.rel, item.label, item.index, spec, raw))
+            sample = preprocess_file(item.path, item.rel, item.label, item.index, spec, raw)
+            sample.fields = item.fields
+            out.append(sample)
         except SkipSample as exc:
             out.append((item.index, item.rel, str(exc)))
     return out
@@ -70,9 +74,11 @@ def write_part(
     The samples kept are numbered ``first``, ``first + 1``, ... (their dataset indices, with no
     gap where a file was skipped); ``extra`` records ``first`` and the part positions skipped."""
     part_writer = writer.open_part(part)
+    part_writer.fields = writer.fields  # the schema of the fields its samples carry
     skipped: list[dict[str, str]] = []
     skipped_at: list[int] = []
     sizes = SizeTally()
+    filled: dict[str, int] = {}
     try:
         for position, result in enumerate(results):
             if isinstance(result, tuple):
@@ -85,6 +91,9 @@ def write_part(
                 result.dataset_index = first + position - len(skipped_at)
                 part_writer.add(result)
                 sizes.add(result)
+                if result.fields:
+                    for name in json.loads(result.fields):
+                        filled[name] = filled.get(name, 0) + 1
             tick(1)
         shards = part_writer.close()
     except OSError as exc:
@@ -96,9 +105,19 @@ def write_part(
         _abort(part_writer)
         raise
     numbering = {FIRST_KEY: first, SKIPPED_AT_KEY: skipped_at}
-    return PartResult(
-        part, shards, skipped, {**part_writer.summary(), SIZES_KEY: sizes.to_dict(), **numbering}
-    )
+    extra = {**part_writer.summary(), SIZES_KEY: sizes.to_dict(), **numbering}
+    if filled:
+        extra[FIELD_COUNTS_KEY] = filled
+    return PartResult(part, shards, skipped, extra)
+
+
+def field_counts(results: Any) -> dict[str, int]:
+    """How many packed samples set each field, over every part's result."""
+    total: dict[str, int] = {}
+    for result in results:
+        for name, count in result.extra.get(FIELD_COUNTS_KEY, {}).items():
+            total[name] = total.get(name, 0) + count
+    return total
 
 
 def _abort(part_writer: PartWriter) -> None:

@@ -129,6 +129,7 @@ class PackedSample:
     original_size: tuple[int, int]  # (width, height) of the source after EXIF orientation
     upscaled: bool = False  # enlarged on the way (only with --upscale, or --resize-mode exact)
     dataset_index: int = -1  # its index in the dataset, given when its part is written (packer/parts.py)
+    fields: str = ""  # the sample's fields as canonical JSON (readers.fields.encode), "" for none
 
 
 def resized_size_of(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:

@@ -39,6 +39,7 @@ class SourceItem:
     path: str  # absolute path
     rel: str  # posix path relative to the source root, as recorded in manifests
     label: int
+    fields: str = ""  # the sample's fields as canonical JSON (readers.fields.encode), "" for none
 
 
 def _encoded(text: str) -> bytes:
@@ -133,6 +134,7 @@ class SourceItems(Sequence):
     ) -> None:
         self._rels, self._ends, self._labels = rels, ends, labels
         self._prefix, self._paths = prefix, paths
+        self._fields: tuple[bytes | bytearray | mmap.mmap, np.ndarray] | None = None
         self._first_index, self._indices = first_index, indices  # indices: None = consecutive
         self._rows: np.ndarray | None = None  # position -> stored entry; None: the stored order
         self._start = start
@@ -158,12 +160,13 @@ class SourceItems(Sequence):
     def from_items(cls, items: Iterable[Any]) -> SourceItems:
         """The compact form of ``SourceItem`` objects (any order, any paths: kept exactly)."""
         items = list(items)
-        rels, paths, labels = Strings(), Strings(), array("i")
+        rels, paths, labels, fields = Strings(), Strings(), array("i"), Strings()
         indices = np.fromiter((item.index for item in items), np.int64, count=len(items))
         prefix: str | Literal[False] | None = None
         for item in items:
             rels.add(item.rel)
             paths.add(item.path)
+            fields.add(getattr(item, "fields", ""))
             labels.append(item.label)
             if prefix is None:
                 tail = item.path.endswith(item.rel)
@@ -173,7 +176,7 @@ class SourceItems(Sequence):
         rel_blob, rel_ends = rels.arrays()
         keep_paths = paths.arrays() if prefix is False or not items else None
         consecutive = not len(indices) or bool((indices == indices[0] + np.arange(len(indices))).all())
-        return cls(
+        table = cls(
             rel_blob,
             rel_ends,
             np.frombuffer(labels, dtype=np.int32),
@@ -182,6 +185,9 @@ class SourceItems(Sequence):
             int(indices[0]) if consecutive and len(indices) else 0,
             None if consecutive else indices,
         )
+        if any(getattr(item, "fields", "") for item in items):
+            table._fields = fields.arrays()  # one JSON document per entry, like the paths
+        return table
 
     # -- the sequence ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -228,15 +234,14 @@ class SourceItems(Sequence):
         else:
             indices = range(self._first_index + a, self._first_index + b)
         paths = iter(()) if self._paths is None else _split(*self._paths, a, b)
+        fields = _split(*self._fields, a, b) if self._fields is not None else None
         rels, prefix = self._rels, self._prefix
         for k, (index, label) in enumerate(zip(indices, labels)):
             rel = rels[ends[k] : ends[k + 1] - 1].decode(*ENCODING)
             path = next(paths) if self._paths is not None else prefix + rel
-            yield SourceItem(index, path, rel, label)
+            yield SourceItem(index, path, rel, label, next(fields) if fields is not None else "")
 
     def _decode_rows(self, rows: np.ndarray) -> Iterator[Any]:
-        from packer.source import SourceItem
-
         starts, stops = self._ends[rows].tolist(), self._ends[rows + 1].tolist()
         labels = self._labels[rows].tolist()
         indices = (self._indices[rows] if self._indices is not None else rows + self._first_index).tolist()
@@ -248,7 +253,13 @@ class SourceItems(Sequence):
             else:
                 row = int(rows[k])
                 path = self._paths[0][int(path_ends[row]) : int(path_ends[row + 1]) - 1].decode(*ENCODING)  # type: ignore[index]
-            yield SourceItem(index, path, rel, label)
+            yield SourceItem(index, path, rel, label, self._field_text(int(rows[k])))
+
+    def _field_text(self, row: int) -> str:
+        if self._fields is None:
+            return ""
+        blob, ends = self._fields
+        return blob[int(ends[row]) : int(ends[row + 1]) - 1].decode(*ENCODING)
 
     # -- whole ranges ----------------------------------------------------------------------------
     def rel_bytes(self) -> memoryview:
@@ -273,12 +284,22 @@ class SourceItems(Sequence):
         """Memory held by the whole table this range is a view of."""
         extra = 0 if self._paths is None else len(self._paths[0]) + self._paths[1].nbytes
         extra += 0 if self._indices is None else self._indices.nbytes
+        extra += 0 if self._fields is None else len(self._fields[0]) + self._fields[1].nbytes
         return len(self._rels) + self._ends.nbytes + self._labels.nbytes + extra
+
+    def _compact_state(self) -> tuple[tuple, tuple | None]:
+        """The constructor arguments (and fields) of a plain table holding this reordered range."""
+        rows = self._rows[self._start : self._stop]  # type: ignore[index]
+        rels, ends = _gather(self._rels, self._ends, rows)
+        paths = None if self._paths is None else _gather(*self._paths, rows)
+        indices = self._indices[rows] if self._indices is not None else rows + self._first_index
+        fields = None if self._fields is None else _gather(*self._fields, rows)
+        return (rels, ends, self._labels[rows].copy(), self._prefix, paths, 0, indices), fields
 
     def __reduce__(self) -> tuple:
         """Pickled as its own range only (a part sent to a worker does not carry the rest)."""
         if self._rows is not None:
-            return (SourceItems, self._compact_state())
+            return (_rebuilt, self._compact_state())
         a, b = self._start, self._stop
         lo, hi = int(self._ends[a]), int(self._ends[b])
         paths = None
@@ -289,16 +310,18 @@ class SourceItems(Sequence):
         indices = None if self._indices is None else self._indices[a:b].copy()
         state = (self._rels[lo:hi], self._ends[a : b + 1] - lo, self._labels[a:b].copy(), self._prefix,
                  paths, self._first_index + a, indices)  # fmt: skip
-        return (SourceItems, state)
+        fields = None
+        if self._fields is not None:
+            blob, ends = self._fields
+            f_lo, f_hi = int(ends[a]), int(ends[b])
+            fields = (blob[f_lo:f_hi], ends[a : b + 1] - f_lo)
+        return (_rebuilt, (state, fields))
 
-    def _compact_state(self) -> tuple:
-        """The constructor arguments of a plain table holding this reordered range."""
-        rows = self._rows[self._start : self._stop]  # type: ignore[index]
-        rels, ends = _gather(self._rels, self._ends, rows)
-        paths = None if self._paths is None else _gather(*self._paths, rows)
-        indices = self._indices[rows] if self._indices is not None else rows + self._first_index
-        return (rels, ends, self._labels[rows].copy(), self._prefix, paths, 0, indices)
 
+def _rebuilt(state: tuple, fields: tuple | None) -> SourceItems:
+    items = SourceItems(*state)
+    items._fields = fields
+    return items
 
 def _gather(
     blob: bytes | bytearray | mmap.mmap, ends: np.ndarray, rows: np.ndarray

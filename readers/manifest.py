@@ -83,6 +83,10 @@ class Manifest:
     # count, upscaled and min/max height/width of the stored images (packer.sizes); None in
     # manifests written before imgpack recorded it.
     stored_sizes: dict[str, int] | None = None
+    # Per-sample fields beyond the label: {name: kind} (readers/fields.py) and how many samples
+    # set each (``pack info``'s fill rates); empty for datasets without fields.
+    fields: dict[str, str] = field(default_factory=dict)
+    field_counts: dict[str, int] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     imgpack_version: str = field(default_factory=imgpack_version)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))

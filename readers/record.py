@@ -20,8 +20,12 @@ Buffer = bytes | bytearray | memoryview
 ENCODING_CODES = {"jpeg": 1, "png": 2, "raw": 3, "bmp": 4, "original": 5}
 ENCODING_NAMES = {code: name for name, code in ENCODING_CODES.items()}
 
-# label:int32, encoding:uint8, channels:uint8, reserved:uint16, height:uint32, width:uint32, crc32:uint32
+# label:int32, encoding:uint8, channels:uint8, flags:uint16, height:uint32, width:uint32, crc32:uint32
 HEADER = struct.Struct("<iBBHIII")
+# flags bit 0: the bytes end with the sample's fields (canonical JSON) and their uint32 length,
+# inside the region the CRC32 covers.
+HAS_FIELDS = 1
+FIELDS_LENGTH = struct.Struct("<I")
 CHECKED = struct.Struct("<iBBHII")  # the header fields the CRC32 covers (all but the CRC itself)
 
 
@@ -34,6 +38,9 @@ class Record(NamedTuple):
     width: int
     channels: int
     encoding: str
+    # The sample's fields beyond the label (readers/fields.py): as stored (canonical JSON bytes)
+    # from the reader, typed values ({name: value}) once FormatReader.read_block has decoded them.
+    fields: Buffer | dict | None = None
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -44,16 +51,27 @@ def _name(where: str | Callable[[], str]) -> str:
     return where() if callable(where) else where
 
 
-def record_crc(data: Buffer, label: int, height: int, width: int, channels: int, encoding: str) -> int:
-    """CRC32 of a sample's label, encoding and shape followed by its image bytes."""
-    fields = CHECKED.pack(label, ENCODING_CODES[encoding], channels, 0, height, width)
-    return crc32(data, crc32(fields))
+def record_crc(
+    data: Buffer, label: int, height: int, width: int, channels: int, encoding: str,
+    fields: Buffer | dict | None = b"",
+) -> int:
+    """CRC32 of a sample's label, encoding and shape followed by its image bytes (and its stored
+    fields, when it has any)."""
+    header = CHECKED.pack(label, ENCODING_CODES[encoding], channels, 0, height, width)
+    checksum = crc32(data, crc32(header))
+    if isinstance(fields, (bytes, bytearray, memoryview)) and len(fields):
+        return crc32(fields, checksum)
+    return checksum
 
 
-def pack_record(data: Buffer, label: int, height: int, width: int, channels: int, encoding: str) -> bytes:
-    checksum = record_crc(data, label, height, width, channels, encoding)
-    header = HEADER.pack(label, ENCODING_CODES[encoding], channels, 0, height, width, checksum)
-    return header + bytes(data)
+def pack_record(
+    data: Buffer, label: int, height: int, width: int, channels: int, encoding: str, fields: bytes = b""
+) -> bytes:
+    flags = HAS_FIELDS if fields else 0
+    body = bytes(data) + fields + FIELDS_LENGTH.pack(len(fields)) if fields else bytes(data)
+    checked = CHECKED.pack(label, ENCODING_CODES[encoding], channels, flags, height, width)
+    checksum = crc32(body, crc32(checked))
+    return HEADER.pack(label, ENCODING_CODES[encoding], channels, flags, height, width, checksum) + body
 
 
 def unpack_record(value: Buffer, verify: bool = False, where: str | Callable[[], str] = "record") -> Record:
@@ -65,10 +83,19 @@ def unpack_record(value: Buffer, verify: bool = False, where: str | Callable[[],
     view = memoryview(value)
     if len(view) < HEADER.size:
         raise ChecksumError(f"{_name(where)}: value of {len(view)} bytes is shorter than the record header")
-    label, code, channels, _, height, width, checksum = HEADER.unpack_from(view)
+    label, code, channels, flags, height, width, checksum = HEADER.unpack_from(view)
     data = view[HEADER.size :]
     if verify and crc32(data, crc32(view[: CHECKED.size])) != checksum:
         raise ChecksumError(
             f"{_name(where)}: label, shape or image bytes do not match their checksum; the dataset is corrupt"
         )
-    return Record(data, label, height, width, channels, ENCODING_NAMES.get(code, "original"))
+    fields = None
+    if flags & HAS_FIELDS:
+        if len(data) < FIELDS_LENGTH.size:
+            raise ChecksumError(f"{_name(where)}: the record's fields are cut off; the dataset is corrupt")
+        (length,) = FIELDS_LENGTH.unpack_from(data, len(data) - FIELDS_LENGTH.size)
+        end = len(data) - FIELDS_LENGTH.size
+        if length > end:
+            raise ChecksumError(f"{_name(where)}: the record's fields are cut off; the dataset is corrupt")
+        data, fields = data[: end - length], data[end - length : end]
+    return Record(data, label, height, width, channels, ENCODING_NAMES.get(code, "original"), fields)

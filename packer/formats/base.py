@@ -18,7 +18,7 @@ from typing import Any, ClassVar, cast
 
 from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
-from readers.formats.registry import format_named, formats_taking
+from readers.formats.registry import format_named, formats_storing_fields, formats_taking
 from readers.manifest import Shard
 
 
@@ -66,6 +66,8 @@ def add_label_runs(runs: list[list[int]], labels: list[int] | list[list[int]], c
 
 
 class PartWriter:
+    fields: dict[str, str] = {}  # noqa: RUF012  # set by write_part: the schema of the fields stored
+
     def add(self, sample: PackedSample) -> None:
         raise NotImplementedError
 
@@ -92,6 +94,7 @@ class FormatWriter:
     # Whether the samples' bytes hold their dataset index (tar keys): a part written before the
     # skips of the parts ahead of it were known is then written again with its true first index.
     stores_indices: ClassVar[bool] = False
+    fields: dict[str, str] = {}  # noqa: RUF012  # the schema of the fields it stores (with_fields)
 
     def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
         self.out = Path(out)
@@ -134,6 +137,19 @@ class FormatWriter:
 
     def check_options(self) -> None:
         """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size)."""
+
+    def with_fields(self, schema: dict[str, str]) -> FormatWriter:
+        """This writer storing the per-sample fields of ``schema`` ({name: kind}); a format whose
+        registry entry does not declare ``stores_fields`` refuses them, naming the fix."""
+        if schema and not format_named(self.name).stores_fields:
+            raise ImgpackError(
+                f"--to {self.name} does not store per-sample fields ({', '.join(schema)}); pack with "
+                "--no-fields, or to a format that stores them: "
+                + ", ".join(formats_storing_fields())
+            )
+        moved = copy.copy(self)
+        moved.fields = dict(schema)
+        return moved
 
     def at(self, out: Path) -> FormatWriter:
         """This writer (its options checked, its spec pinned) writing below ``out`` instead."""

@@ -16,6 +16,7 @@ import numpy as np
 
 from readers.checksums import check_against_manifest, file_sha256, sha256_of
 from readers.errors import DatasetReplacedError, ImgpackError, ManifestError
+from readers.fields import decode, typed
 from readers.manifest import Manifest
 from readers.paths import inside
 from readers.record import Record
@@ -162,13 +163,27 @@ class FormatReader:
         check_against_manifest(where, file_sha256(path), expected)
         self._sha_checked.add(key)
 
+    @property
+    def lowest_label(self) -> int:
+        """-1 (a sample with no single class, a COCO image with several) where the dataset has
+        fields, else 0."""
+        return -1 if self.manifest.fields else 0
+
+    def typed_fields(self, record: Record, index: int) -> Record:
+        """``record`` with its stored fields decoded to typed values (readers/fields.py)."""
+        stored = record.fields
+        if isinstance(stored, dict):
+            return record._replace(fields=typed(self.manifest.fields, stored))
+        raw = b"" if stored is None else stored
+        return record._replace(fields=decode(self.manifest.fields, raw, self.describe(index)))
+
     def check_labels(self, labels: Sequence[int] | np.ndarray, where: str) -> None:
-        """Every label must index the manifest's classes."""
+        """Every label must index the manifest's classes (or be -1 where the dataset has fields)."""
         if len(labels) == 0:
             return
         low, high = int(np.min(labels)), int(np.max(labels))
-        if low < 0 or high >= len(self.manifest.classes):
-            bad = low if low < 0 else high
+        if low < self.lowest_label or high >= len(self.manifest.classes):
+            bad = low if low < self.lowest_label else high
             raise ManifestError(
                 f"{where}: label {bad} is outside the {len(self.manifest.classes)} classes of the "
                 "manifest; the dataset is corrupt, re-pack it"
@@ -196,8 +211,10 @@ class FormatReader:
             end = min(stop, entry.stop)
             got = self.read_local(shard, index - entry.first, end - entry.first)
             labels = [r.label for r in got]
-            if labels and (min(labels) < 0 or max(labels) >= len(self.manifest.classes)):
+            if labels and (min(labels) < self.lowest_label or max(labels) >= len(self.manifest.classes)):
                 self.check_labels(labels, self.describe(index))
+            if self.manifest.fields:
+                got = [self.typed_fields(r, index + k) for k, r in enumerate(got)]
             records += got
             index = end
         return records

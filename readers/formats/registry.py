@@ -74,3 +74,8 @@ def format_named(name: str, unknown: Callable[[str], Exception] | None = None) -
 def formats_taking(option: str) -> list[str]:
     """Names of the formats whose pack options include ``option``."""
     return [name for name, fmt in registered().items() if option in fmt.pack_options]
+
+
+def formats_storing_fields() -> list[str]:
+    """Names of the formats that store per-sample fields (``Format.stores_fields``)."""
+    return [f.name for f in registered().values() if f.stores_fields]

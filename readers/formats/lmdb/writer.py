@@ -57,7 +57,8 @@ class LmdbPartWriter(PartWriter):
     def add(self, sample: PackedSample) -> None:
         key = encode_key(len(self.labels))
         value = pack_record(
-            sample.data, sample.label, sample.height, sample.width, sample.channels, sample.encoding
+            sample.data, sample.label, sample.height, sample.width, sample.channels, sample.encoding,
+            sample.fields.encode(),
         )
         self.pending.append((key, value))
         self.pending_bytes += len(value)

@@ -1,0 +1,230 @@
+"""Scanning a COCO detection file (``instances_*.json``) into rows with boxes: ``pack coco``.
+
+Each entry of ``images`` is one sample, its annotations its boxes. Fields (kinds of
+``readers.fields``): ``boxes`` (COCO x, y, width, height in pixels, float32), ``categories`` (per
+box, the index into the classes), ``iscrowd`` (per box, 0 or 1) and ``image_id`` (COCO's id).
+The classes are the category names sorted by COCO category id.
+
+The label rule: a sample's label is its class when all its boxes are of one category, else -1
+(no boxes, or several categories); detection training reads ``categories``, the label only lets
+single-object data serve classification as well.
+
+Bad input never stops the scan: an annotation naming an image that is not in ``images``, a
+category that is not in ``categories``, a malformed ``bbox``, a NaN or infinite coordinate, and
+an image whose file is missing under ``--root`` are listed in ``skipped`` with the reason; a box
+reaching outside its image (COCO's own ``width``/``height``) is clipped, and a box left without
+area dropped; both are counted in ``clipped``. A file that is not COCO is one ``ImgpackError``
+naming what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packer.source import SourceScan
+from readers.boxes import clip_boxes
+from readers.errors import ImgpackError
+
+SCHEMA = {"boxes": "boxes", "categories": "box_ints", "iscrowd": "box_ints", "image_id": "int"}
+REQUIRED = {
+    "images": ("id", "file_name"),
+    "annotations": ("image_id", "bbox", "category_id"),
+    "categories": ("id", "name"),
+}
+
+
+@dataclass(frozen=True)
+class CocoRow:
+    path: str  # absolute path of the image file
+    rel: str  # the COCO file_name, relative to --root (as the manifest records it)
+    label: int
+    fields: dict[str, Any]
+    where: str = ""  # "images[7]", for skip reasons
+
+
+@dataclass
+class CocoScan:
+    rows: list[CocoRow]
+    classes: list[str]
+    schema: dict[str, str]
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    clipped: int = 0  # boxes clipped to their image (or dropped, left without area)
+    empty: int = 0  # images without a box (kept, or dropped with skip_empty)
+
+
+def load_coco(path: Path) -> dict[str, Any]:
+    """The parsed file, checked for COCO's three lists and their keys (one line naming what lacks)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise ImgpackError(f"{path}: no such COCO annotation file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ImgpackError(f"{path}: not a COCO annotation file (not JSON: {exc})") from None
+    if not isinstance(data, dict):
+        raise ImgpackError(
+            f"{path}: not a COCO annotation file (a JSON object with images, annotations, categories)"
+        )
+    missing = [key for key in REQUIRED if not isinstance(data.get(key), list)]
+    if missing:
+        raise ImgpackError(f"{path}: not a COCO annotation file: no {' / '.join(missing)} list")
+    for key in ("images", "categories"):  # annotations are checked one by one: a bad one is a skip
+        for number, entry in enumerate(data[key]):
+            lacking = [k for k in REQUIRED[key] if not isinstance(entry, dict) or k not in entry]
+            if lacking:
+                raise ImgpackError(
+                    f"{path}: not a COCO annotation file: {key}[{number}] has no {', '.join(lacking)}"
+                )
+    return data
+
+
+def _bbox(value: Any) -> list[float] | str:
+    """[x, y, w, h] as floats, or the reason it cannot be one."""
+    if not isinstance(value, list) or len(value) != 4:
+        return f"bbox {json.dumps(value)[:60]} is not [x, y, width, height]"
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return f"bbox {json.dumps(value)[:60]} holds a value that is not a number"
+    box = [float(v) for v in value]
+    if not all(math.isfinite(v) for v in box):
+        return "bbox has a NaN or infinite coordinate"
+    return box
+
+
+def _inside_root(root: Path, name: Any) -> tuple[str, str] | str:
+    """(absolute path, posix rel) of an image ``file_name``, or why it cannot be used."""
+    if not isinstance(name, str) or not name:
+        return f"file_name {json.dumps(name)[:60]} is not a path"
+    base = os.path.abspath(root)
+    full = os.path.normpath(os.path.join(base, name))
+    rel = os.path.relpath(full, base).replace(os.sep, "/")
+    real_base = os.path.realpath(base)
+    if (
+        rel == ".."
+        or rel.startswith("../")
+        or os.path.commonpath([os.path.realpath(full), real_base]) != real_base
+    ):
+        return f"outside --root {root}"
+    if not os.path.isfile(full):
+        return f"file not found under {root}"
+    return full, rel
+
+
+def _image_size(image: Mapping[str, Any]) -> tuple[int, int] | None:
+    """COCO's (height, width) of an image, when it states a usable one."""
+    h, w = image.get("height"), image.get("width")
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (h, w)):
+        return h, w  # type: ignore[return-value]
+    return None
+
+
+def scan_coco(
+    annotations: str | os.PathLike, root: str | os.PathLike | None = None, skip_empty: bool = False
+) -> CocoScan:
+    """The rows of a COCO file, in the order of its ``images`` list, with what was skipped."""
+    path = Path(annotations).expanduser()
+    root = Path(root).expanduser() if root is not None else path.parent
+    if not root.is_dir():
+        raise ImgpackError(
+            f"{root}: --root is not a folder; give the folder COCO's file_names are relative to"
+        )
+    data = load_coco(path)
+    try:
+        categories = sorted(data["categories"], key=lambda c: c["id"])
+    except TypeError:
+        raise ImgpackError(f"{path}: not a COCO annotation file: category ids are not all numbers") from None
+    index_of = {c["id"]: i for i, c in enumerate(categories)}
+    classes = [str(c["name"]) for c in categories]
+    images = {image["id"]: image for image in data["images"]}
+    scan = CocoScan([], classes, dict(SCHEMA))
+    boxes_of: dict[Any, list[tuple[list[float], int, int]]] = {}
+    for number, ann in enumerate(data["annotations"]):
+        where = f"{path.name} annotations[{number}]"
+        problem = _annotation_problem(ann, images, index_of)
+        box = _bbox(ann.get("bbox")) if not problem else problem
+        if isinstance(box, str):
+            name = images.get(ann.get("image_id"), {}).get("file_name") if isinstance(ann, dict) else None
+            scan.skipped.append({"path": str(name or f"<{where}>"), "reason": f"{where}: {box}"})
+            continue
+        crowd = 1 if ann.get("iscrowd") else 0
+        boxes_of.setdefault(ann["image_id"], []).append((box, index_of[ann["category_id"]], crowd))
+    seen: dict[str, int] = {}
+    for number, image in enumerate(data["images"]):
+        where = f"{path.name} images[{number}]"
+        place = _inside_root(root, image["file_name"])
+        if isinstance(place, str):
+            scan.skipped.append({"path": str(image["file_name"]), "reason": f"{where}: {place}"})
+            continue
+        full, rel = place
+        if rel in seen:
+            scan.skipped.append({"path": rel, "reason": f"{where}: the same file as images[{seen[rel]}]"})
+            continue
+        seen[rel] = number
+        found = boxes_of.get(image["id"], [])
+        if not found:
+            scan.empty += 1
+            if skip_empty:
+                continue
+        scan.rows.append(_row(scan, full, rel, image, found, f"images[{number}]"))
+    if not scan.rows:
+        first = f"; first problem: {scan.skipped[0]['reason']}" if scan.skipped else ""
+        raise ImgpackError(f"{path}: no image to pack ({len(scan.skipped)} skipped){first}")
+    return scan
+
+
+def _annotation_problem(ann: Any, images: Mapping[Any, Any], index_of: Mapping[Any, int]) -> str:
+    if not isinstance(ann, dict):
+        return "not a JSON object"
+    lacking = [k for k in REQUIRED["annotations"] if k not in ann]
+    if lacking:
+        return f"no {', '.join(lacking)}"
+    if ann["image_id"] not in images:
+        return f"image_id {json.dumps(ann['image_id'])[:40]} is not in images"
+    if ann["category_id"] not in index_of:
+        return f"category_id {json.dumps(ann['category_id'])[:40]} is not in categories"
+    return ""
+
+
+def _row(scan: CocoScan, full: str, rel: str, image: Mapping[str, Any], found: list, where: str) -> CocoRow:
+    boxes = np.array([b for b, _, _ in found], np.float32).reshape(-1, 4)
+    categories = np.array([c for _, c, _ in found], np.int64)
+    crowd = np.array([k for _, _, k in found], np.int64)
+    size = _image_size(image)
+    if size is not None and len(boxes):
+        boxes, kept, clipped = clip_boxes(boxes, size)
+        categories, crowd = categories[kept], crowd[kept]
+        scan.clipped += clipped
+    distinct = set(categories.tolist())
+    label = distinct.pop() if len(distinct) == 1 else -1
+    fields = {
+        "boxes": boxes.tolist(),
+        "categories": categories.tolist(),
+        "iscrowd": crowd.tolist(),
+        "image_id": image["id"] if isinstance(image["id"], int) else None,
+    }
+    return CocoRow(full, rel, label, fields, where)
+
+
+def coco_source(
+    annotations: str | os.PathLike, root: str | os.PathLike | None = None, skip_empty: bool = False
+) -> SourceScan:
+    """The ``SourceScan`` ``pack coco`` packs: ``scan_coco``'s rows through the rows entry point
+    (``packer.rows.scan_rows``), the clipped-box count in the manifest's ``extra``."""
+    from packer.rows import Row, scan_rows
+
+    path = Path(annotations).expanduser()
+    scan = scan_coco(path, root, skip_empty)
+    rows = [Row(row.path, row.label, row.fields, f"{path.name} {row.where}") for row in scan.rows]
+    extra = {
+        "coco": str(path.resolve()),
+        "boxes_clipped": str(scan.clipped),
+        "images_without_boxes": str(scan.empty),
+    }
+    base = Path(root).expanduser() if root is not None else path.parent
+    return scan_rows(rows, base, scan.classes, scan.schema, scan.skipped, extra, where=str(path))

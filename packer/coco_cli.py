@@ -1,0 +1,55 @@
+"""``pack coco``: pack a COCO detection file's images with their boxes, like ``pack imagefolder``.
+
+The command takes every preprocessing, engine and output option of ``imagefolder`` (copied from
+that command when the group registers this one) and packs the rows of ``packer.coco.scan_coco``
+through the one rows entry point (``packer.rows``), so boxes and their categories are stored by
+every format and moved with the image when ``--resize``/``--crop`` change it.
+"""
+
+from __future__ import annotations
+
+import click
+
+COCO_HELP = """Pack the images of the COCO detection file ANNOTATIONS, with their boxes, into OUT.
+
+\b
+pack coco instances_train2017.json --root ~/coco/train2017 --to tfrecord -o coco-tfr
+pack coco instances_val2017.json --root ~/coco/val2017 --to lmdb -o val.lmdb --skip-empty
+
+Fields: boxes (x, y, width, height in pixels, as COCO), categories and iscrowd (one per box;
+categories index the classes: the category names sorted by id), image_id. The label is the
+image's class when all its boxes are of one category, else -1. Images without boxes are kept
+(--skip-empty drops them); bad annotations and missing files are skipped with a reason; boxes
+reaching outside their image are clipped and counted.
+"""
+
+
+def coco_command(group: click.Group) -> click.Command:
+    """The ``coco`` command, built from ``group``'s ``imagefolder`` options."""
+    imagefolder = group.commands["imagefolder"]
+    shared = [p for p in imagefolder.params if p.name != "src"]
+
+    def run(annotations, root, skip_empty, **options):
+        from packer.coco import coco_source
+        from readers.errors import ImgpackError
+
+        scan = coco_source(annotations, root, skip_empty)
+        if scan.skipped and options["on_error"] == "fail":
+            first = scan.skipped[0]
+            raise ImgpackError(
+                f"{first['path']}: {first['reason']} (--on-error fail stops at the first bad row)"
+            )
+        return imagefolder.callback(src=scan, **options)
+
+    params = [
+        click.Argument(["annotations"], metavar="ANNOTATIONS", type=click.Path(path_type=str)),
+        click.Option(
+            ["--root"],
+            type=click.Path(path_type=str),
+            default=None,
+            help="Folder COCO's file_names are relative to [default: the annotation file's folder].",
+        ),
+        click.Option(["--skip-empty"], is_flag=True, help="Drop images that have no box."),
+        *shared,
+    ]
+    return click.Command("coco", callback=run, params=params, help=COCO_HELP)

@@ -1,0 +1,118 @@
+"""Boxes follow the image: one transform from stored pixels to the pixels of a returned image.
+
+A sample's geometry is the window of the stored image that became the output, the output size and
+whether it was mirrored (``SampleGeometry``). Every path (pack-time ``--resize``/``--crop``, the
+centre path, ``RandomResizedCrop``, flips) describes what it did as one, and ``transform_boxes``
+maps COCO ``xywh`` boxes through it, so a box frames the same pixels before and after.
+
+Coordinates are continuous: pixel ``i`` covers ``[i, i + 1)``, so a box edge at ``x`` in a window
+that starts at ``left`` and is scaled by ``s`` lands at ``(x - left) * s``; that is where the
+resampler (``readers.resample``, half-pixel centres) puts the pixels too. A leaf: numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Pair = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class SampleGeometry:
+    """What was done to one stored image: ``window`` of it (stored pixels) became ``out``."""
+
+    stored: tuple[int, int]  # (h, w) of the stored image the boxes are in
+    # (top, left, height, width) in stored pixels that became the output
+    window: tuple[float, float, float, float]
+    out: tuple[int, int]  # (h, w) of the returned image
+    flip: bool  # mirrored left-right after crop and resize
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain numbers, for users who transform their own targets (masks, keypoints)."""
+        return {"stored": self.stored, "window": self.window, "out": self.out, "flip": self.flip}
+
+
+def identity_geometry(stored: Pair) -> SampleGeometry:
+    """The image returned as stored."""
+    h, w = int(stored[0]), int(stored[1])
+    return SampleGeometry((h, w), (0.0, 0.0, float(h), float(w)), (h, w), False)
+
+
+def geometry_for_window(
+    stored: Pair, window: Sequence[float], out: Pair, flip: bool = False
+) -> SampleGeometry:
+    """``window`` (top, left, height, width) of the stored image resized to ``out`` (h, w), then
+    mirrored with ``flip``: a ``RandomResizedCrop`` window, or any crop taken in stored pixels."""
+    top, left, height, width = (float(v) for v in window)
+    if height <= 0 or width <= 0:
+        raise ValueError(f"window {tuple(window)} has no area")
+    size = (int(stored[0]), int(stored[1]))
+    return SampleGeometry(size, (top, left, height, width), _pair(out), bool(flip))
+
+
+def geometry_for_resize_crop(
+    stored: Pair,
+    resized: Pair,
+    crop_window_in_resized: Sequence[float] | None,
+    out: Pair | None = None,
+    flip: bool = False,
+) -> SampleGeometry:
+    """The stored image resized to ``resized`` (h, w), then ``crop_window_in_resized`` (top, left,
+    height, width in resized pixels; None: the whole resized image) cut out and, if ``out`` differs
+    from the window, resized again to ``out``; mirrored with ``flip``. The centre path of every
+    reader, and the packer's ``--resize``/``--crop``."""
+    sh, sw = float(stored[0]), float(stored[1])
+    rh, rw = float(resized[0]), float(resized[1])
+    if crop_window_in_resized is None:
+        crop_window_in_resized = (0.0, 0.0, rh, rw)
+    top, left, height, width = (float(v) for v in crop_window_in_resized)
+    if out is None:
+        out = (round(height), round(width))
+    sy, sx = sh / rh, sw / rw
+    return geometry_for_window(stored, (top * sy, left * sx, height * sy, width * sx), out, flip)
+
+
+def transform_boxes(
+    boxes: np.ndarray, geometry: SampleGeometry, min_visibility: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 4) float32 COCO xywh in stored pixels -> (M, 4) float32 xywh in output pixels, clipped to
+    the output; a box left empty is dropped, and one whose visible fraction of its area is below
+    min_visibility; also returns the int64 indices of the kept boxes (to filter per-box fields)."""
+    array = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    top, left, height, width = geometry.window
+    out_h, out_w = geometry.out
+    sy, sx = out_h / height, out_w / width
+    x0 = (array[:, 0] - left) * sx
+    y0 = (array[:, 1] - top) * sy
+    x1 = x0 + array[:, 2] * sx
+    y1 = y0 + array[:, 3] * sy
+    area = (x1 - x0) * (y1 - y0)
+    cx0, cx1 = np.clip(x0, 0, out_w), np.clip(x1, 0, out_w)
+    cy0, cy1 = np.clip(y0, 0, out_h), np.clip(y1, 0, out_h)
+    visible = (cx1 - cx0) * (cy1 - cy0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fraction = np.where(area > 0, visible / np.where(area > 0, area, 1), 0.0)
+    keep = (cx1 > cx0) & (cy1 > cy0) & np.isfinite(area) & (fraction >= min_visibility)
+    if geometry.flip:
+        cx0, cx1 = out_w - cx1, out_w - cx0
+    result = np.stack([cx0, cy0, cx1 - cx0, cy1 - cy0], axis=1)[keep]
+    return result.astype(np.float32), np.flatnonzero(keep).astype(np.int64)
+
+
+def clip_boxes(boxes: np.ndarray, size: Pair) -> tuple[np.ndarray, np.ndarray, int]:
+    """Source boxes clipped to an image of ``size`` (h, w): (kept boxes, kept indices, how many were
+    clipped). A box left without area is dropped (counted as clipped); the packer records the count."""
+    kept, indices = transform_boxes(boxes, identity_geometry(size))
+    original = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)[indices]
+    changed = int(np.count_nonzero(np.any(np.abs(kept - original) > 1e-3, axis=1)))
+    return kept, indices, changed + (len(np.asarray(boxes).reshape(-1, 4)) - len(indices))
+
+
+def _pair(value: Pair) -> tuple[int, int]:
+    h, w = int(value[0]), int(value[1])
+    if h < 1 or w < 1:
+        raise ValueError(f"output size {value!r} must be positive")
+    return h, w
