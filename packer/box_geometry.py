@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from packer.preprocess import PackedSample, PreprocessSpec, target_size
 from readers.boxes import SampleGeometry, geometry_for_resize_crop, identity_geometry, transform_boxes
+from readers.fields import encode
 from readers.geometry import centre_window
 
 
@@ -54,3 +56,15 @@ def refit_fields(
         if kind == "box_ints" and name in out:
             out[name] = [out[name][i] for i in kept.tolist()]
     return out
+
+
+def refit_packed(sample: PackedSample, schema: Mapping[str, str], spec: PreprocessSpec) -> PackedSample:
+    """``sample`` with its stored fields (canonical JSON) refitted by ``refit_fields``: what the
+    part writer stores. Samples without boxes, and packs that keep the geometry, pass unchanged."""
+    if not sample.fields or "boxes" not in schema.values() or sample.encoding == "original":
+        return sample
+    values = json.loads(sample.fields)
+    refit = refit_fields(values, schema, sample, spec)
+    if refit is not values:
+        sample.fields = encode(refit).decode()
+    return sample
