@@ -148,21 +148,26 @@ def _annotation_problem(ann: Any, images: Mapping[Any, Any], index_of: Mapping[A
     return ""
 
 
+def _inside(box: list[float], size: tuple[int, int] | None) -> bool:
+    x, y, w, h = box
+    return size is None or (x >= 0 and y >= 0 and w > 0 and h > 0 and x + w <= size[1] and y + h <= size[0])
+
+
 def _row(scan: CocoScan, image: Mapping[str, Any], found: list, where: str) -> Row:
-    boxes = np.array([b for b, _, _ in found], np.float32).reshape(-1, 4)
-    categories = np.array([c for _, c, _ in found], np.int64)
-    crowd = np.array([k for _, _, k in found], np.int64)
+    boxes = [b for b, _, _ in found]
+    categories = [c for _, c, _ in found]
+    crowd = [k for _, _, k in found]
     size = _image_size(image)
-    if size is not None and len(boxes):
-        boxes, kept, clipped = clip_boxes(boxes, size)
-        categories, crowd = categories[kept], crowd[kept]
-        scan.clipped += clipped
-    distinct = set(categories.tolist())
+    if not all(_inside(box, size) for box in boxes):  # the rare image to clip: numpy only then
+        clipped_boxes, kept, clipped = clip_boxes(np.array(boxes, np.float32), size)  # type: ignore[arg-type]
+        boxes, scan.clipped = clipped_boxes.tolist(), scan.clipped + clipped
+        categories, crowd = [categories[i] for i in kept.tolist()], [crowd[i] for i in kept.tolist()]
+    distinct = set(categories)
     label = distinct.pop() if len(distinct) == 1 else -1
     fields = {
-        "boxes": boxes.tolist(),
-        "categories": categories.tolist(),
-        "iscrowd": crowd.tolist(),
+        "boxes": boxes,
+        "categories": categories,
+        "iscrowd": crowd,
         "image_id": image["id"] if isinstance(image["id"], int) else None,
     }
     name = image["file_name"]
