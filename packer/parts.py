@@ -69,6 +69,7 @@ def write_part(
 ) -> PartResult:
     """Feed one part's results to a fresh part writer; failures become skips (or an error)."""
     part_writer = writer.open_part(part)
+    part_writer.fields = writer.fields  # the schema of the fields its samples carry
     skipped: list[dict[str, str]] = []
     sizes = SizeTally()
     filled: dict[str, int] = {}

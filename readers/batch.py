@@ -50,6 +50,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from readers import resample
+from readers.boxes import SampleGeometry, geometry_for_resize_crop, geometry_for_window
 from readers.decode import cv2, decode_array, simplejpeg, sniff
 from readers.errors import ImgpackError
 from readers.geometry import (
@@ -170,6 +171,21 @@ class BatchAssembler:
             raise ValueError("random crops and flips need the global sample index of every record")
         return self.augment.params(epoch, indices, [(r.height, r.width) for r in records])
 
+    def sample_geometries(self, records: Sequence[Record], params: Sequence[Params]) -> list[SampleGeometry]:
+        """The exact geometry each record's image goes through (``params`` from ``params()``):
+        its stored size, the window of it that becomes the output, the output size and the flip;
+        what boxes follow (readers/boxes.py)."""
+        out: list[SampleGeometry] = []
+        for record, (window, flip) in zip(records, params):
+            stored = (record.height, record.width)
+            if window is not None and self.augment.crop is not None:
+                out.append(geometry_for_window(stored, tuple(window), self.augment.crop.out, flip))
+                continue
+            geo = self.geometry(record.height, record.width)
+            cut = (geo.top, geo.left, geo.out[0], geo.out[1])
+            out.append(geometry_for_resize_crop(stored, geo.resized, cut, geo.out, flip))
+        return out
+
     def fill(self, records: Sequence[Record], out: np.ndarray, params: Sequence[Params] | None = None):
         """Decode or copy ``records`` into ``out`` (B, H, W, C) uint8, in place."""
         params = params or [NO_PARAMS] * len(records)
@@ -213,22 +229,30 @@ class BatchAssembler:
         return out[0]
 
     def shared(
-        self, records: Sequence[Record], indices: Sequence[int] | np.ndarray | None = None, epoch: int = 0
+        self,
+        records: Sequence[Record],
+        indices: Sequence[int] | np.ndarray | None = None,
+        epoch: int = 0,
+        fields: dict[str, Any] | None = None,
     ) -> Any:
         """What a DataLoader worker yields for ``records``: the batch in a shared ring slot.
 
         In a worker this is a ``readers.shmring.Lease`` that unpickles to ``(images, labels)`` in
         the main process without copying pixels; in the main process it is ``(images, labels)``.
+        With ``fields`` (collated, readers/sample_fields.py) the second item is the dict
+        ``{"label": labels, **fields}``; the fields travel in the same message as the lease.
         """
         if get_worker_info() is None:
-            return self(records, indices=indices, epoch=epoch)
+            images, labels = self(records, indices=indices, epoch=epoch)
+            return (images, labels) if fields is None else (images, {"label": labels, **fields})
         ring = worker_ring()  # first: it settles a fresh worker's garbage collector (see there)
         shape = (len(records), *self.output_shape(records))
         params = self.params(records, indices, epoch)
         nbytes = int(np.prod(shape))
         slot = ring.acquire(nbytes)
         if slot is None:  # the consumer holds every slot: a one-off buffer, shared on pickling
-            return self(records, indices=indices, epoch=epoch)
+            images, labels = self(records, indices=indices, epoch=epoch)
+            return (images, labels) if fields is None else (images, {"label": labels, **fields})
         try:
             hwc = ring.slots[slot][:nbytes].view(shape)
             self.fill(records, hwc.numpy(), params)
@@ -236,7 +260,7 @@ class BatchAssembler:
             ring.release(slot)
             raise
         labels = np.fromiter((r.label for r in records), dtype=np.int64, count=len(records))
-        return ring.lease(slot, self.present(hwc), labels)
+        return ring.lease(slot, self.present(hwc), labels, fields)
 
     def present(self, hwc: torch.Tensor) -> torch.Tensor:
         """The batch as returned to the user, from the (B, H, W, C) buffer."""

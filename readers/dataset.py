@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,6 +11,7 @@ from torch.utils.data import Dataset, Sampler
 
 from readers.decode import check_decode_kind, decode_record
 from readers.errors import DecodeError
+from readers.fields import select, target
 from readers.formats import FormatReader, open_reader
 from readers.order import OrderSpec, resolve_rank
 from readers.record import Record
@@ -58,6 +59,7 @@ class PackedDataset(Dataset):
         cache: str | None = None,
         verify: bool = False,
         reader_options: dict[str, Any] | None = None,
+        fields: Sequence[str] | None = None,
     ):
         check_decode_kind(decode)
         if cache not in (None, "ram"):
@@ -70,6 +72,8 @@ class PackedDataset(Dataset):
         self.classes: list[str] = list(self.reader.manifest.classes)
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self.cache = RamCache(self.reader) if cache == "ram" else None
+        # With fields=: the target is {"label": ..., field: value, ...} (readers/fields.py).
+        self.fields = None if fields is None else select(self.manifest.fields, fields, str(path))
 
     @property
     def manifest(self):
@@ -94,6 +98,8 @@ class PackedDataset(Dataset):
         except DecodeError as exc:
             raise DecodeError(f"{self.reader.describe(index)}: {exc}") from None
         label: Any = record.label
+        if self.fields is not None:
+            label = target(record.label, record.fields, self.fields)
         if self.transform is not None:
             image = self.transform(image)
         if self.target_transform is not None:
@@ -150,17 +156,19 @@ def open_dataset(
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike | None = None,
     cache_size: int | None = None,
+    fields: Sequence[str] | None = None,
 ) -> PackedDataset:
     """A map-style ``Dataset`` over the packed dataset at ``path``, format read from its manifest.
 
     ``path`` may be an fsspec URL (``s3://bucket/ds``) with ``storage_options`` for fsspec and a
     ``cache_dir`` / ``cache_size`` (bytes) for the parts downloaded (see readers.remote_parts);
-    ``reader_options`` go to the format's reader.
+    ``reader_options`` go to the format's reader. ``fields``: per-sample fields to return; the
+    target is then a dict ``{"label": ..., name: value}`` (without it: the label, as always).
     """
     options = merge_remote_options(
         reader_options, storage_options=storage_options, cache_dir=cache_dir, cache_size=cache_size
     )
-    return PackedDataset(path, decode, transform, target_transform, cache, verify, options)
+    return PackedDataset(path, decode, transform, target_transform, cache, verify, options, fields)
 
 
 __all__ = ["DeterministicSampler", "PackedDataset", "open_dataset"]

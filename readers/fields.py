@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,7 +101,9 @@ def check_schema(schema: Mapping[str, str], where: str) -> Schema:
         if not isinstance(name, str) or not name or name in RESERVED:
             raise ImgpackError(f"{where}: field name {name!r} is empty or reserved ({', '.join(RESERVED)})")
         if kind not in KINDS:
-            raise ImgpackError(f"{where}: field {name!r} has unknown kind {kind!r}; kinds: {', '.join(KINDS)}")
+            raise ImgpackError(
+                f"{where}: field {name!r} has unknown kind {kind!r}; kinds: {', '.join(KINDS)}"
+            )
         out[name] = kind
     if "box_ints" in out.values() and "boxes" not in out.values():
         raise ImgpackError(f"{where}: a box_ints field needs a boxes field (one value per box)")
@@ -199,7 +201,9 @@ def normalise(schema: Mapping[str, str], values: Mapping[str, Any]) -> dict[str,
 
 def encode(values: Mapping[str, Any]) -> bytes:
     """Normalised fields as canonical UTF-8 JSON (sorted keys, no spaces): the stored bytes."""
-    return json.dumps(values, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    return json.dumps(
+        values, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+    ).encode()
 
 
 def typed(schema: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -220,7 +224,9 @@ def typed(schema: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any
     return out
 
 
-def decode(schema: Mapping[str, str], data: bytes | bytearray | memoryview, where: str = "") -> dict[str, Any]:
+def decode(
+    schema: Mapping[str, str], data: bytes | bytearray | memoryview, where: str = ""
+) -> dict[str, Any]:
     """Stored JSON fields back as ``typed`` values; a broken document is a ChecksumError-like
     ImgpackError naming ``where``."""
     try:
@@ -247,3 +253,13 @@ def select(schema: Mapping[str, str], wanted: Iterable[str], where: str) -> tupl
         have = ", ".join(schema) or "none"
         raise ImgpackError(f"{where}: no field {', '.join(map(repr, missing))} (fields stored: {have})")
     return names
+
+
+def target(label: int, stored: Any, names: Sequence[str], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A sample's target with fields: ``{"label": label, name: value...}`` for ``names`` (values
+    from the record's typed ``stored`` fields, or ``extra`` such as the applied "geometry")."""
+    out: dict[str, Any] = {"label": label}
+    values = stored if isinstance(stored, Mapping) else {}
+    for name in names:
+        out[name] = extra[name] if extra is not None and name in extra else values.get(name)
+    return out

@@ -74,6 +74,12 @@ class PackedIterable(RecordStream):
     def describe(self, position: int) -> str:
         return self.reader.describe(position)
 
+    def field_schemas(self) -> list[dict[str, str]]:
+        return [self.reader.manifest.fields]
+
+    def where_fields(self) -> str:
+        return str(self.path)
+
 
 # ``open_iterable(path, *, shuffle=True, seed=0, batch_size=None, ...)``: an ``IterableDataset`` over
 # the packed dataset at ``path``; the options are ``readers.spec.ReadSpec``'s.

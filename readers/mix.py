@@ -209,6 +209,12 @@ class MixedIterable(RecordStream):
         source, index = self._pairs(self._pass.epoch, np.array([position]))
         return self.readers[int(source[0])].describe(int(index[0]))
 
+    def field_schemas(self) -> list[dict[str, str]]:
+        return [r.manifest.fields for r in self.readers]
+
+    def where_fields(self) -> str:
+        return f"mix of {', '.join(map(str, self.paths))}"
+
 
 # ``mix(paths, *, weights=None, seed=0, ...)``: a weighted, deterministic mix of packed datasets; the
 # options are ``readers.spec.ReadSpec``'s (those of ``open_iterable``) plus weights, epoch_size, labels.

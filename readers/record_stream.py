@@ -22,6 +22,7 @@ from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
 from readers.order import OrderSpec
 from readers.record import Record
+from readers.sample_fields import FieldPlan, common_schema
 from readers.spec import ReadSpec
 from readers.stream import EpochStream
 from readers.whole_batch import whole_batch
@@ -52,6 +53,10 @@ class RecordStream(EpochStream):
             spec.flip,
             spec.seed,
         )
+        self.fields = None
+        if spec.fields is not None:
+            schema = common_schema(self.field_schemas(), spec.fields, self.where_fields())
+            self.fields = FieldPlan(schema, spec.fields, spec.pad_fields, spec.min_visibility)
         self.order = order
         self.set_loader_batch_size(spec.loader_batch_size)
         self.init_stream()
@@ -64,6 +69,13 @@ class RecordStream(EpochStream):
     def describe(self, position: int) -> str:
         """Where the sample at ``position`` lives, for error messages."""
         raise NotImplementedError
+
+    def field_schemas(self) -> list[dict[str, str]]:
+        """The field schema ({name: kind}) of each dataset this source reads."""
+        return []
+
+    def where_fields(self) -> str:
+        return type(self).__name__
 
     # -- the loop --------------------------------------------------------------------------------
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
@@ -94,11 +106,13 @@ class RecordStream(EpochStream):
             cursor += len(indices)
             if self.batch_size is not None:
                 self._pass.samples += counted
+                fields = self._batch_fields(part, indices, epoch)
                 if self.batch_transform is None:
-                    yield whole_batch(self.assembler.shared(part, indices, epoch))  # (images, labels) later
+                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields))  # (images, labels) later
                 else:
                     images, labels = self.assembler(part, indices=indices, epoch=epoch)
-                    yield whole_batch((self.batch_transform(images), labels))
+                    target = labels if fields is None else {"label": labels, **fields}
+                    yield whole_batch((self.batch_transform(images), target))
                 continue
             for record, index in zip(part, indices):
                 if self.spec.geometric:
@@ -107,6 +121,26 @@ class RecordStream(EpochStream):
                     image = decode_record(record, self.decode)
                 if self.transform is not None:
                     image = self.transform(image)
-                label = record.label if self.target_transform is None else self.target_transform(record.label)
+                label: Any = record.label
+                if self.fields is not None:
+                    geometry = self._geometries([record], [index], epoch)[0] if self.fields.wants_geometry else None
+                    label = self.fields.one(record.label, record.fields, geometry)
+                if self.target_transform is not None:
+                    label = self.target_transform(label)
                 self._pass.samples += 1
                 yield image, label
+
+    def _geometries(self, records: list[Record], indices: Any, epoch: int) -> list[Any]:
+        params = self.assembler.params(records, indices, epoch)
+        return self.assembler.sample_geometries(records, params)
+
+    def _batch_fields(self, records: list[Record], indices: Any, epoch: int) -> dict[str, Any] | None:
+        """The batch's collated fields (without the label), or None without ``fields=``."""
+        if self.fields is None:
+            return None
+        plan = self.fields
+        geometries = self._geometries(records, indices, epoch) if plan.wants_geometry else [None] * len(records)
+        targets = [plan.one(r.label, r.fields, g) for r, g in zip(records, geometries)]
+        collated = plan.collate(targets, None)
+        del collated["label"]
+        return collated

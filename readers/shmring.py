@@ -26,6 +26,7 @@ import gc
 import os
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,7 +68,7 @@ class WorkerRing:
         """Give back a slot that was acquired but never sent."""
         self._flags[slot] = FREE
 
-    def lease(self, slot: int, images: torch.Tensor, labels: np.ndarray) -> Lease:
+    def lease(self, slot: int, images: torch.Tensor, labels: np.ndarray, fields: dict | None = None) -> Lease:
         """What to yield for ``images`` (a view of ``slot``) so that only metadata is pickled."""
         storage = None if self.announced[slot] else self.slots[slot]
         flags = None if self.flags_sent else self.flags
@@ -84,6 +85,7 @@ class WorkerRing:
             images.stride(),
             offset,
             np.ascontiguousarray(labels, dtype=np.int64).tobytes(),
+            fields,
         )
 
 
@@ -109,12 +111,13 @@ def worker_ring() -> WorkerRing:
 class Lease:
     """A batch in a ring slot, as it travels from a worker; unpickles to ``(images, labels)``."""
 
-    __slots__ = ("token", "pid", "slot", "storage", "flags", "shape", "stride", "offset", "labels")
+    __slots__ = ("token", "pid", "slot", "storage", "flags", "shape", "stride", "offset", "labels", "fields")
 
-    def __init__(self, token, pid, slot, storage, flags, shape, stride, offset, labels):
+    def __init__(self, token, pid, slot, storage, flags, shape, stride, offset, labels, fields=None):
         self.token, self.pid, self.slot = token, pid, slot
         self.storage, self.flags = storage, flags
         self.shape, self.stride, self.offset, self.labels = shape, stride, offset, labels
+        self.fields = fields  # collated per-sample fields (small), or None
 
     def __reduce__(self):
         return (
@@ -129,6 +132,7 @@ class Lease:
                 self.stride,
                 self.offset,
                 self.labels,
+                self.fields,
             ),
         )
 
@@ -162,8 +166,8 @@ def _mark_free(flags: np.ndarray, slot: int) -> None:
 
 
 def receive(
-    token, pid, slot, storage, flags, shape, stride, offset, labels
-) -> tuple[torch.Tensor, torch.Tensor]:
+    token, pid, slot, storage, flags, shape, stride, offset, labels, fields=None
+) -> tuple[torch.Tensor, Any]:
     """Rebuild a leased batch in the receiving process (called by unpickling)."""
     with _LOCK:
         ring = _register(token, pid, flags)
@@ -175,7 +179,7 @@ def receive(
     images = torch.from_numpy(base).as_strided(shape, stride, offset)
     weakref.finalize(images.untyped_storage(), _mark_free, ring.flags, slot)
     label_tensor = torch.from_numpy(np.frombuffer(labels, dtype=np.int64).copy())
-    return images, label_tensor
+    return images, label_tensor if fields is None else {"label": label_tensor, **fields}
 
 
 def mapped_rings() -> list[int]:

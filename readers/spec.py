@@ -62,6 +62,10 @@ class ReadSpec:
     fast_dct: bool = _option(False, ITERABLES)
     dct_scaling: bool = _option(True, ITERABLES)
     verify: bool = _option(False)
+    # Per-sample fields to return (readers/fields.py): the target becomes {"label": ..., name: ...}.
+    fields: tuple[str, ...] | None = _option(None)
+    pad_fields: bool = _option(False)  # variable-length fields of a batch as one padded tensor + counts
+    min_visibility: float = _option(0.0)  # a box keeping less of its area after a crop is dropped
     reader_options: dict[str, Any] | None = _option(None)
     storage_options: dict[str, Any] | None = _option(None)
     cache_dir: str | os.PathLike | None = _option(None)
@@ -94,6 +98,7 @@ class ReadSpec:
             raise OptionError(
                 "pad_last=True fills a short last batch, which drop_last=True leaves out: pass one"
             )
+        self._check_fields()
         self._check_mode()
         # One dict for the format reader: reader_options plus the remote options given directly.
         remote = {
@@ -106,6 +111,17 @@ class ReadSpec:
         except ValueError as exc:
             raise OptionError(str(exc)) from exc
         set_(self, "reader_options", merged)
+
+    def _check_fields(self) -> None:
+        if self.fields is not None:
+            names = [self.fields] if isinstance(self.fields, str) else self.fields
+            if not all(isinstance(n, str) and n for n in names):
+                raise OptionError(f"fields= is a list of field names, got {self.fields!r}")
+            object.__setattr__(self, "fields", tuple(names))
+        elif self.pad_fields:
+            raise OptionError("pad_fields= pads the fields a batch returns: also pass fields=[...]")
+        if not isinstance(self.min_visibility, (int, float)) or not 0.0 <= self.min_visibility <= 1.0:
+            raise OptionError(f"min_visibility={self.min_visibility!r} must be a fraction from 0 to 1")
 
     def _check_mode(self) -> None:
         """Options the chosen mode (whole batches, or one sample at a time) cannot honour."""

@@ -270,3 +270,52 @@ def test_reindex_rebuilds_the_shard_indexes_or_says_the_format_keeps_none(fmt, s
         path.unlink()
     assert sorted(reindex(root)) == [str(p) for p in indexes]
     assert [p.read_bytes() for p in indexes] == original and verify_dataset(root).ok
+
+
+# -- per-sample fields (issue 23) ----------------------------------------------------------------
+FIELD_SCHEMA = {"caption": "str", "score": "float", "boxes": "boxes", "categories": "box_ints", "meta": "json"}
+
+
+def field_rows() -> list:
+    """sample_data's images as rows with fields; every third without a single class (label -1)."""
+    from packer.rows import Row
+
+    files = sorted(p for p in SAMPLE_DATA.rglob("*.jpg"))[:12]
+    rows = []
+    for i, path in enumerate(files):
+        boxes = [[1.5 * k, 2.0, 10.0 + k, 8.0] for k in range(i % 4)]
+        fields = {"caption": f"café n°{i}", "score": i / 4, "boxes": boxes, "categories": list(range(i % 4))}
+        if i % 2:
+            fields["meta"] = {"url": f"http://x/{i}", "tags": ["a", i]}
+        rows.append(Row(str(path.relative_to(SAMPLE_DATA)), -1 if i % 3 == 0 else i % 2, fields, f"row {i}"))
+    return rows
+
+
+def test_fields_round_trip_in_every_format_that_stores_them_or_one_clear_refusal(fmt, tmp_path):
+    from packer.rows import pack_rows
+
+    rows, out = field_rows(), tmp_path / "fields"
+    spec = PreprocessSpec(**spec_for(fmt))
+    if not format_named(fmt).stores_fields:
+        with pytest.raises(ImgpackError, match=f"--to {fmt} does not store per-sample fields.*--no-fields"):
+            pack_rows(rows, SAMPLE_DATA, ["even", "odd"], out, fmt, FIELD_SCHEMA, spec=spec, workers=1)
+        return
+    pack_rows(rows, SAMPLE_DATA, ["even", "odd"], out, fmt, FIELD_SCHEMA, spec=spec, workers=1,
+              options={"samples_per_shard": 5})  # fmt: skip
+    manifest = read_manifest(out)
+    assert manifest.fields == FIELD_SCHEMA
+    assert manifest.field_counts == {"caption": 12, "score": 12, "boxes": 12, "categories": 12, "meta": 6}
+    assert verify_dataset(out).ok
+    ds = open_dataset(out, fields=list(FIELD_SCHEMA), verify=True)
+    assert len(ds) == len(rows)
+    for i, row in enumerate(rows):  # samples keep the rows' order
+        _, target = ds[i]
+        assert target["label"] == row.label
+        assert target["caption"] == row.fields["caption"] and target["score"] == row.fields["score"]
+        assert target["boxes"].dtype == np.float32 and target["boxes"].shape == (i % 4, 4)
+        np.testing.assert_array_equal(target["boxes"], np.asarray(row.fields["boxes"], np.float32).reshape(-1, 4))
+        np.testing.assert_array_equal(target["categories"], row.fields["categories"])
+        assert target["meta"] == row.fields.get("meta")
+    assert open_dataset(out)[4][1] == rows[4].label  # without fields=: the label, as always
+    with pytest.raises(ImgpackError, match="no field 'nope'"):
+        open_dataset(out, fields=["nope"])

@@ -66,6 +66,8 @@ def add_label_runs(runs: list[list[int]], labels: list[int] | list[list[int]], c
 
 
 class PartWriter:
+    fields: dict[str, str] = {}  # noqa: RUF012  # set by write_part: the schema of the fields stored
+
     def add(self, sample: PackedSample) -> None:
         raise NotImplementedError
 

@@ -13,4 +13,5 @@ FORMAT = Format(
     files=re.compile(r"data-\d{6}\.h5"),
     remote_finish="local",  # finish writes the manifest into every file
     pack_options=(*SHARDING_OPTIONS, "compression"),  # an HDF5 filter on `images`
+    stores_fields=True,  # a 'fields' dataset of JSON text, under each sample's crc32
 )

@@ -125,6 +125,8 @@ class Hdf5Part:
             _expect(path, "crc32", self.file["crc32"], "u", (n,))
             self.labels = np.asarray(self.file["labels"][:], dtype=np.int64)
             self.crc = self.file["crc32"][:]
+            # per-sample fields (canonical JSON text), in datasets packed with fields
+            self.fields = self.file["fields"] if "fields" in self.file else None
         except KeyError as exc:
             raise ManifestError(f"{path}: missing HDF5 dataset {exc}; re-pack the dataset") from None
 
@@ -174,9 +176,10 @@ class Hdf5Reader(FormatReader):
         ends = (offsets - base).tolist()
         encoding = self.manifest.encoding
         records = []
+        stored = self._stored_fields(part, a, b)
         for k, (height, width, channels) in enumerate(part.shapes[a:b].tolist()):
             view = data[ends[k] : ends[k + 1]]
-            record = Record(view, int(part.labels[a + k]), height, width, channels, encoding)
+            record = Record(view, int(part.labels[a + k]), height, width, channels, encoding, stored[k])
             self._check(part, a + k, first, record)
             records.append(record)
         return records
@@ -186,12 +189,19 @@ class Hdf5Reader(FormatReader):
         size = height * width * channels
         flat = memoryview(part.images[a:b].reshape(-1))  # one slice of the 4-D dataset
         records = []
+        stored = self._stored_fields(part, a, b)
         for k in range(b - a):
             view = flat[k * size : (k + 1) * size]
-            record = Record(view, int(part.labels[a + k]), height, width, channels, "raw")
+            record = Record(view, int(part.labels[a + k]), height, width, channels, "raw", stored[k])
             self._check(part, a + k, first, record)
             records.append(record)
         return records
+
+    def _stored_fields(self, part: Hdf5Part, a: int, b: int) -> list[bytes | None]:
+        """The stored fields (JSON bytes) of samples [a, b), one read; None where there are none."""
+        if part.fields is None or not self.manifest.fields:
+            return [None] * (b - a)
+        return [bytes(v) for v in part.fields[a:b]]
 
     def _check(self, part: Hdf5Part, k: int, first: int, record: Record) -> None:
         if self.verify and record_crc(*record) != int(part.crc[k]):

@@ -119,7 +119,15 @@ class Hdf5PartWriter(PartWriter):
             self._append(self.offsets, ends, n + 1)
             self._append(self.shapes, np.array([(s.height, s.width, s.channels) for s in batch], np.int32), n)
         self._append(self.labels, np.array([s.label for s in batch], np.int64), n)
-        crcs = [record_crc(s.data, s.label, s.height, s.width, s.channels, self.encoding) for s in batch]
+        stored = [s.fields.encode() for s in batch]
+        if self.fields:
+            if "fields" not in self.file:
+                self._vector("fields", KEY_DTYPE)
+            self._append(self.file["fields"], np.array([t.decode() for t in stored], dtype=object), n)
+        crcs = [
+            record_crc(s.data, s.label, s.height, s.width, s.channels, self.encoding, f)
+            for s, f in zip(batch, stored)
+        ]
         self._append(self.crc, np.array(crcs, np.uint32), n)
         keys = [s.rel.encode("utf-8", "surrogateescape") for s in batch]
         self._append(self.keys, np.array(keys, dtype=object), n)

@@ -14,4 +14,5 @@ FORMAT = Format(
     remote_finish="rename",
     pack_options=(*SHARDING_OPTIONS, "shard_size"),  # roll over to a new file at this size
     indexer="readers.formats.tar.writer:shard_index",
+    stores_fields=True,  # every field in <key>.json, the caption also as <key>.txt
 )

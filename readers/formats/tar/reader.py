@@ -288,10 +288,11 @@ class TarReader(FormatReader):
             try:
                 meta = json.loads(bytes(view[joff : joff + jsize]))
                 fields = [meta[k] for k in ("label", "height", "width", "channels")]
-                if not all(type(v) is int and v >= 0 for v in fields):
+                if not all(type(v) is int and v >= self.lowest_label for v in fields):
                     raise ValueError(f"label and shape must be integers, got {fields}")
                 label, height, width, channels = fields
-                records.append(Record(view[off : off + size], label, height, width, channels, encoding))
+                stored = meta.get("fields", {}) if self.manifest.fields else None
+                records.append(Record(view[off : off + size], label, height, width, channels, encoding, stored))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ManifestError(
                     f"{self.location(shard.file)}: sample {shard.first + a + len(records)} has unreadable "

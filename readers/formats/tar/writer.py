@@ -68,7 +68,7 @@ def member_header(name: str, size: int) -> bytes:
     return info.tobuf(format=tarfile.USTAR_FORMAT, encoding="ascii", errors="strict")
 
 
-def sample_members(sample: PackedSample) -> list[tuple[str, str, bytes]]:
+def sample_members(sample: PackedSample, schema: dict[str, str] | None = None) -> list[tuple[str, str, bytes]]:
     """(extension, member name, bytes) of one sample, image first."""
     key = sample_key(sample.source_index)
     ext = image_ext(sample)
@@ -84,12 +84,29 @@ def sample_members(sample: PackedSample) -> list[tuple[str, str, bytes]]:
     }
     if sample.encoding == "raw":
         meta["shape"] = [sample.height, sample.width, sample.channels]
-    text = json.dumps(meta, ensure_ascii=True, sort_keys=True, separators=(",", ":")).encode("ascii")
-    return [
+    members = [
         (ext, f"{key}.{ext}", bytes(sample.data)),
         ("cls", f"{key}.cls", str(sample.label).encode("ascii")),
-        ("json", f"{key}.json", text),
     ]
+    if sample.fields:
+        # Every field in the .json member (what the reader reads back); the caption (the string
+        # field named "caption", or the one string field) also as .txt, as webdataset expects.
+        values = json.loads(sample.fields)
+        meta["fields"] = values
+        caption = caption_field(schema or {})
+        if caption is not None and isinstance(values.get(caption), str):
+            members.append(("txt", f"{key}.txt", values[caption].encode("utf-8")))
+    text = json.dumps(meta, ensure_ascii=True, sort_keys=True, separators=(",", ":")).encode("ascii")
+    members.append(("json", f"{key}.json", text))
+    return members
+
+
+def caption_field(schema: dict[str, str]) -> str | None:
+    """The string field stored as the ``.txt`` member: "caption", else the only string field."""
+    strings = [name for name, kind in schema.items() if kind == "str"]
+    if "caption" in strings:
+        return "caption"
+    return strings[0] if len(strings) == 1 else None
 
 
 class TarPartWriter(RollingPartWriter):
@@ -100,7 +117,7 @@ class TarPartWriter(RollingPartWriter):
         chunks: list[bytes] = []
         members: list[Member] = []
         position = 0
-        for ext, name, data in sample_members(sample):
+        for ext, name, data in sample_members(sample, self.fields):
             header = member_header(name, len(data))
             members.append((ext, position + len(header), len(data), name))
             chunks += [header, data, bytes(padded(len(data)) - len(data))]

@@ -15,4 +15,5 @@ FORMAT = Format(
     pack_options=(*SHARDING_OPTIONS, "shard_size"),  # roll over to a new file at this size
     reader_options=("check_crc",),
     indexer="readers.formats.tfrecord.writer:shard_index",
+    stores_fields=True,  # tf.train.Example features (image/object/bbox/*, ...) + imgpack/fields
 )

@@ -52,6 +52,12 @@ def _text_bytes(text: str) -> bytes:
 
 def encode_feature(value: FeatureValue) -> bytes:
     """A ``Feature``: bytes/str -> bytes_list, int -> int64_list, float -> float_list; lists too."""
+    from readers.formats.tfrecord.fields import Floats, Ints
+
+    if isinstance(value, Floats):
+        return _field(2, _field(1, struct.pack(f"<{len(value)}f", *value)))
+    if isinstance(value, Ints):
+        return _field(3, _field(1, b"".join(varint(v) for v in value)))
     values: list[object] = list(value) if isinstance(value, (list, tuple)) else [value]
     texts = [v for v in values if isinstance(v, (bytes, bytearray, memoryview, str))]
     if len(texts) == len(values):

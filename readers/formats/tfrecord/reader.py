@@ -41,6 +41,7 @@ except ImportError:  # pragma: no cover - a hard dependency; decode.py guards it
 from readers.checksums import masked_crc
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file
+from readers.formats.tfrecord.fields import FIELDS_FEATURE
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.manifest import Manifest, Shard
 from readers.record import Buffer, Record
@@ -153,13 +154,14 @@ def example_record(data: memoryview, encoding: str) -> Record:
     """The Record of one ``Example``: from its two leading features when they are imgpack's
     (``imgpack/meta`` then ``image/encoded``), else by name from the whole message."""
     try:
-        lead = leading_entries(data, 2)
-        if len(lead) == 2 and lead[0][0] == META_FEATURE and lead[1][0] == b"image/encoded":
+        lead = leading_entries(data, 3)
+        if len(lead) >= 2 and lead[0][0] == META_FEATURE and lead[1][0] == b"image/encoded":
             label, height, width, channels = decode_feature(lead[0][1])
+            stored = decode_feature(lead[2][1])[0] if len(lead) == 3 and lead[2][0] == FIELDS_FEATURE else None
             return _sized_by_image(
-                Record(decode_feature(lead[1][1])[0], label, height, width, channels, encoding)
+                Record(decode_feature(lead[1][1])[0], label, height, width, channels, encoding, stored)
             )
-        features = decode_example(data, RECORD_FEATURES)
+        features = decode_example(data, RECORD_FEATURES | {FIELDS_FEATURE})
         record = Record(
             features["image/encoded"][0],
             features["image/class/label"][0],
@@ -167,6 +169,7 @@ def example_record(data: memoryview, encoding: str) -> Record:
             features["image/width"][0],
             features.get("image/channels", [3])[0],
             encoding,
+            features.get(FIELDS_FEATURE.decode(), [None])[0],
         )
     except (ExampleError, KeyError, IndexError, ValueError) as exc:
         raise ManifestError(f"not an imgpack tf.train.Example ({exc!r} missing or malformed)") from None

@@ -21,16 +21,20 @@ from readers.formats.tfrecord.reader import (
     scan_records,
     shard_name,
 )
+from readers.formats.tfrecord.fields import field_features
 from readers.manifest import Shard
 
 
-def example_bytes(sample: PackedSample) -> bytes:
-    """The serialized ``tf.train.Example`` of one sample (ImageNet conversion feature names)."""
+def example_bytes(sample: PackedSample, schema: dict[str, str] | None = None) -> bytes:
+    """The serialized ``tf.train.Example`` of one sample (ImageNet conversion feature names, the
+    fields as the TF Object Detection API names them: readers/formats/tfrecord/fields.py)."""
     image_format = FORMAT_NAMES.get(sample.encoding) or image_ext(sample).upper()
+    fields = field_features(schema, sample.fields, sample.height, sample.width) if schema else {}
     return encode_example(
         {
             META_FEATURE.decode(): [sample.label, sample.height, sample.width, sample.channels],
             "image/encoded": sample.data,
+            **fields,
             "image/format": image_format,
             "image/height": sample.height,
             "image/width": sample.width,
@@ -47,7 +51,7 @@ class TfrecordPartWriter(RollingPartWriter):
     suffix = ".tfrecord"
 
     def encode(self, sample: PackedSample) -> tuple[bytes, int]:
-        record = frame(example_bytes(sample))
+        record = frame(example_bytes(sample, self.fields))
         return record, len(record)
 
     def index_text(self, entries: list[tuple[int, int]]) -> str:
