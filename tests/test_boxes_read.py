@@ -158,3 +158,93 @@ def test_min_visibility_drops_mostly_cut_boxes(packed):
         len(t["boxes"]) for _, t in open_iterable(packed[fmt], fields=FIELDS, min_visibility=0.5, **read)
     )
     assert 0 < kept_half < kept_all
+
+
+def _tfrecord_boxes(xmin, ymin, xmax, ymax, height, width) -> np.ndarray:
+    corners = np.stack([np.asarray(v, np.float64).reshape(-1) for v in (xmin, ymin, xmax, ymax)], axis=1)
+    x0, y0, x1, y1 = (corners[:, k] * (width if k % 2 == 0 else height) for k in range(4))
+    return np.stack([x0, y0, x1 - x0, y1 - y0], axis=1)
+
+
+@pytest.fixture(scope="module")
+def coco_tfrecord(coco, tmp_path_factory):
+    """The COCO set packed to TFRecord with --resize 80 (boxes moved at pack time), small shards;
+    PNG, so a re-encoded JPEG's chroma blur does not move the rectangles' found edges."""
+    dest = tmp_path_factory.mktemp("tfr") / "tfr"
+    args = ["coco", str(coco), "--root", str(coco.parent / "images"), "--to", "tfrecord", "-o", str(dest)]
+    options = ["--resize", "80", "--encode", "png", "--samples-per-shard", "64", "-q"]
+    result = CliRunner().invoke(main, [*args, *options])
+    assert result.exit_code == 0, result.output
+    records = sorted(dest.glob("*.tfrecord"))
+    return dest, [str(p) for p in records], [str(p.with_suffix(".idx")) for p in records]
+
+
+def test_tfrecord_boxes_parse_with_the_tfrecord_package(coco_tfrecord):
+    from PIL import Image
+    from tfrecord.reader import tfrecord_loader
+
+    dest, records, _ = coco_tfrecord
+    ours = open_dataset(dest, decode="numpy", fields=FIELDS)
+    examples = [example for record in records for example in tfrecord_loader(record, None)]
+    assert len(examples) == len(ours) == 200
+    compared = 0
+    for index, example in enumerate(examples):
+        image, target = ours[index]
+        height, width = int(example["image/height"][0]), int(example["image/width"][0])
+        assert (height, width) == image.shape[:2]
+        keys = [f"image/object/bbox/{k}" for k in ("xmin", "ymin", "xmax", "ymax")]
+        boxes = _tfrecord_boxes(*(example.get(k, []) for k in keys), height, width)
+        np.testing.assert_allclose(boxes, target["boxes"], atol=1e-3)
+        labels = np.asarray(example.get("image/object/class/label", []), np.int64).reshape(-1)
+        assert labels.tolist() == target["categories"].tolist()
+        pixels = np.asarray(
+            Image.open(__import__("io").BytesIO(bytes(example["image/encoded"]))).convert("RGB")
+        )
+        compared += check_frames(
+            pixels, {"boxes": boxes.astype(np.float32), "categories": labels, "iscrowd": labels}
+        )
+    assert compared >= 250
+
+
+def test_tfrecord_boxes_parse_with_dali(coco_tfrecord):
+    import nvidia.dali.tfrecord as tfrec
+    from nvidia.dali import fn, pipeline_def
+
+    dest, records, indexes = coco_tfrecord
+    ours = open_dataset(dest, fields=FIELDS)
+
+    @pipeline_def(batch_size=8, num_threads=1, device_id=None, seed=0)
+    def pipe():
+        inputs = fn.readers.tfrecord(
+            path=records,
+            index_path=indexes,
+            features={
+                **{
+                    f"image/object/bbox/{k}": tfrec.VarLenFeature(tfrec.float32, 0.0)
+                    for k in ("xmin", "ymin", "xmax", "ymax")
+                },
+                "image/object/class/label": tfrec.VarLenFeature(tfrec.int64, -1),
+                "image/height": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+                "image/width": tfrec.FixedLenFeature([1], tfrec.int64, -1),
+            },
+            name="tfr",
+        )
+        keys = ["xmin", "ymin", "xmax", "ymax"]
+        return (*(inputs[f"image/object/bbox/{k}"] for k in keys), inputs["image/object/class/label"],
+                inputs["image/height"], inputs["image/width"])  # fmt: skip
+
+    pipeline = pipe()
+    pipeline.build()
+    seen = 0
+    while seen < len(ours):
+        outputs = pipeline.run()
+        for k in range(len(outputs[0])):
+            if seen == len(ours):
+                break
+            xmin, ymin, xmax, ymax, labels, height, width = (np.array(o[k]) for o in outputs)
+            boxes = _tfrecord_boxes(xmin, ymin, xmax, ymax, int(height[0]), int(width[0]))
+            _, target = ours[seen]
+            np.testing.assert_allclose(boxes, target["boxes"], atol=1e-3)
+            assert labels.reshape(-1).tolist() == target["categories"].tolist()
+            seen += 1
+    assert seen == 200
