@@ -67,3 +67,38 @@ def test_cli_writes_a_png_and_refuses_bad_input(packed, tmp_path):
     bad = run_cli("show", root, "-o", out, "--classes", "zebra")
     assert bad.returncode == 1 and "unknown class(es) zebra; the dataset has: animals" in bad.stderr
     assert run_cli("show", root, "-o", tmp_path / "grid.jpg").returncode == 1
+
+
+def test_boxes_drawn_and_non_ascii_class_names_have_glyphs(tmp_path):
+    from click.testing import CliRunner
+
+    from packer.cli import main
+    from packer.show import BOX, caption_font
+    from readers import open_dataset
+    from tests.cocodata import make_coco
+
+    coco = make_coco(tmp_path / "coco", count=12, empty=0)
+    out = tmp_path / "coco.lmdb"
+    args = ["coco", str(coco), "--root", str(coco.parent / "images"), "--to", "lmdb", "-o", str(out), "-q"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    sheet, chosen = contact_sheet(out, n=4, cell=128)
+    pixels = np.asarray(sheet)
+    outlined = np.all(pixels == BOX, axis=2)
+    assert outlined.sum() > 4 * 40  # every thumbnail has at least one box outlined
+    # The first cell's box outline sits where the box is, scaled to the thumbnail.
+    ds = open_dataset(out, fields=["boxes"])
+    _, target = ds[int(chosen[0])]
+    image = np.asarray(ds[int(chosen[0])][0])
+    h, w = image.shape[:2]
+    scale = min(1.0, 128 / h, 128 / w)  # thumbnails only shrink
+    left = GAP + (128 - round(w * scale)) // 2
+    top = GAP + (128 - round(h * scale)) // 2
+    x, y = target["boxes"][0][:2]
+    row, column = round(top + y * scale), round(left + x * scale)
+    assert outlined[row - 1 : row + 2, column - 1 : column + 2].any()
+    font = caption_font()
+
+    def mask(text: str) -> bytes:
+        return np.asarray(font.getmask(text)).tobytes()
+
+    assert mask("é") != mask("\u0378") and mask("é") != mask("e")  # a glyph, not the missing-glyph box
