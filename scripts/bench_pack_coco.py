@@ -32,7 +32,8 @@ def write_coco(src: Path, seed: int = 0) -> Path:
     """``src/instances.json``: every image of the folder with 1-20 random boxes."""
     rng = random.Random(seed)
     classes = sorted(p.name for p in src.iterdir() if p.is_dir())
-    images, annotations = [], []
+    images: list[dict] = []
+    annotations: list[dict] = []
     for label, name in enumerate(classes):
         for path in sorted((src / name).iterdir()):
             with Image.open(path) as img:
