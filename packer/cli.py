@@ -321,11 +321,25 @@ def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
         f"preprocess {pre}",
         f"classes   {', '.join(manifest.classes[:10])}{' ...' if len(manifest.classes) > 10 else ''}",
         *describe_sizes(manifest.stored_sizes),
+        *describe_fields(manifest.fields, manifest.field_counts, manifest.num_samples),
         f"skipped   {len(manifest.skipped)}",
         *describe_skips(manifest.skipped),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
     click.echo("\n".join(lines))
+
+
+def describe_fields(schema: dict[str, str], counts: dict[str, int], total: int) -> list[str]:
+    """``pack info``'s lines for the per-sample fields: name, kind and how many samples set it."""
+    if not schema:
+        return []
+    width = max(len(name) for name in schema)
+    rows = [
+        f"  {name:<{width}}  {kind:<8}  {counts.get(name, 0)}/{total} set "
+        f"({100 * counts.get(name, 0) / max(1, total):.0f}%)"
+        for name, kind in schema.items()
+    ]
+    return [f"fields    {len(schema)} per sample", *rows]
 
 
 @main.command()

@@ -162,8 +162,14 @@ def _start_methods() -> list[str]:
 
 def _fingerprint(scan: SourceScan, fmt: str, spec: PreprocessSpec, options: dict[str, Any]) -> str:
     digest = hashlib.sha256()
-    digest.update(json.dumps([fmt, spec.to_dict(), options, scan.classes, scan.fields], sort_keys=True).encode())
+    asked: list[Any] = [fmt, spec.to_dict(), options, scan.classes]
+    if scan.fields:  # a resumed pack must carry the same fields (datasets without keep their old print)
+        asked.append(scan.fields)
+    digest.update(json.dumps(asked, sort_keys=True).encode())
     digest.update(rel_run(scan.items))  # every rel, UTF-8 (surrogateescape), NUL-terminated
+    if scan.fields:
+        for item in scan.items:
+            digest.update(item.fields.encode() + b"\0")
     return digest.hexdigest()
 
 

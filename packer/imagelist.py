@@ -338,7 +338,9 @@ def scan_list(
     )
 
 
-def _select_fields(list_path: Path, rows: list[Row], wanted: Sequence[str] | None, none: bool) -> dict[str, str]:
+def _select_fields(
+    list_path: Path, rows: list[Row], wanted: Sequence[str] | None, none: bool
+) -> dict[str, str]:
     """The schema of the fields kept: every other column (``wanted`` None), those named, or none."""
     if none:
         for row in rows:
@@ -378,16 +380,19 @@ def _scan_multi_label(
     for row in rows:
         where = f"{list_path.name} line {row.line}"
         if row.problem or not row.path:
-            skipped.append({"path": row.path or f"<{where}>", "reason": f"{where}: {row.problem or 'empty path'}"})
+            reason = f"{where}: {row.problem or 'empty path'}"
+            skipped.append({"path": row.path or f"<{where}>", "reason": reason})
             continue
         labels = [resolve(part) for part in parts[id(row)]]
         if None in labels:
             bad = parts[id(row)][labels.index(None)]
-            skipped.append({"path": row.path, "reason": f"{where}: unknown label {bad!r} ({len(classes)} classes)"})
+            reason = f"{where}: unknown label {bad!r} ({len(classes)} classes)"
+            skipped.append({"path": row.path, "reason": reason})
             continue
         out.append(RowsRow(row.path + suffix, -1, {**row.fields, "labels": labels}, where))
     full_schema = {**schema, "labels": "ints"}
-    return scan_rows(out, root, classes, full_schema, skipped, {"list": str(list_path.resolve())}, str(list_path))
+    extra = {"list": str(list_path.resolve())}
+    return scan_rows(out, root, classes, full_schema, skipped, extra, str(list_path))
 
 
 def _label_parts(label: Any, separator: str) -> list[Any]:

@@ -53,6 +53,7 @@ from readers import resample
 from readers.boxes import SampleGeometry, geometry_for_resize_crop, geometry_for_window
 from readers.decode import cv2, decode_array, simplejpeg, sniff
 from readers.errors import ImgpackError
+from readers.fields import as_tensors
 from readers.geometry import (
     Augment,
     RandomResizedCrop,
@@ -243,16 +244,20 @@ class BatchAssembler:
         ``{"label": labels, **fields}``; the fields travel in the same message as the lease.
         """
         if get_worker_info() is None:
-            images, labels = self(records, indices=indices, epoch=epoch)
-            return (images, labels) if fields is None else (images, {"label": labels, **fields})
+            images, label_tensor = self(records, indices=indices, epoch=epoch)
+            if fields is None:
+                return images, label_tensor
+            return images, {"label": label_tensor, **as_tensors(fields)}
         ring = worker_ring()  # first: it settles a fresh worker's garbage collector (see there)
         shape = (len(records), *self.output_shape(records))
         params = self.params(records, indices, epoch)
         nbytes = int(np.prod(shape))
         slot = ring.acquire(nbytes)
         if slot is None:  # the consumer holds every slot: a one-off buffer, shared on pickling
-            images, labels = self(records, indices=indices, epoch=epoch)
-            return (images, labels) if fields is None else (images, {"label": labels, **fields})
+            images, label_tensor = self(records, indices=indices, epoch=epoch)
+            if fields is None:
+                return images, label_tensor
+            return images, {"label": label_tensor, **as_tensors(fields)}
         try:
             hwc = ring.slots[slot][:nbytes].view(shape)
             self.fill(records, hwc.numpy(), params)

@@ -255,7 +255,9 @@ def select(schema: Mapping[str, str], wanted: Iterable[str], where: str) -> tupl
     return names
 
 
-def target(label: int, stored: Any, names: Sequence[str], extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def target(
+    label: int, stored: Any, names: Sequence[str], extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """A sample's target with fields: ``{"label": label, name: value...}`` for ``names`` (values
     from the record's typed ``stored`` fields, or ``extra`` such as the applied "geometry")."""
     out: dict[str, Any] = {"label": label}
@@ -263,3 +265,15 @@ def target(label: int, stored: Any, names: Sequence[str], extra: Mapping[str, An
     for name in names:
         out[name] = extra[name] if extra is not None and name in extra else values.get(name)
     return out
+
+
+def as_tensors(values: dict[str, Any]) -> dict[str, Any]:
+    """Collated fields with NumPy arrays (alone or in lists) as torch tensors, in place."""
+    import torch
+
+    for name, value in values.items():
+        if isinstance(value, np.ndarray):
+            values[name] = torch.from_numpy(value)
+        elif isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+            values[name] = [torch.from_numpy(v) for v in value]
+    return values

@@ -59,7 +59,9 @@ def record_crc(
     fields, when it has any)."""
     header = CHECKED.pack(label, ENCODING_CODES[encoding], channels, 0, height, width)
     checksum = crc32(data, crc32(header))
-    return crc32(fields, checksum) if isinstance(fields, (bytes, bytearray, memoryview)) and len(fields) else checksum
+    if isinstance(fields, (bytes, bytearray, memoryview)) and len(fields):
+        return crc32(fields, checksum)
+    return checksum
 
 
 def pack_record(

@@ -20,6 +20,7 @@ import numpy as np
 from readers.batch import BatchAssembler
 from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
+from readers.fields import as_tensors
 from readers.order import OrderSpec
 from readers.record import Record
 from readers.sample_fields import FieldPlan, common_schema
@@ -108,10 +109,11 @@ class RecordStream(EpochStream):
                 self._pass.samples += counted
                 fields = self._batch_fields(part, indices, epoch)
                 if self.batch_transform is None:
-                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields))  # (images, labels) later
+                    # (images, labels) once received: the pixels in shared memory, the fields alongside
+                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields))
                 else:
                     images, labels = self.assembler(part, indices=indices, epoch=epoch)
-                    target = labels if fields is None else {"label": labels, **fields}
+                    target = labels if fields is None else {"label": labels, **as_tensors(fields)}
                     yield whole_batch((self.batch_transform(images), target))
                 continue
             for record, index in zip(part, indices):
@@ -123,8 +125,9 @@ class RecordStream(EpochStream):
                     image = self.transform(image)
                 label: Any = record.label
                 if self.fields is not None:
-                    geometry = self._geometries([record], [index], epoch)[0] if self.fields.wants_geometry else None
-                    label = self.fields.one(record.label, record.fields, geometry)
+                    plan = self.fields
+                    geometry = self._geometries([record], [index], epoch)[0] if plan.wants_geometry else None
+                    label = plan.one(record.label, record.fields, geometry)
                 if self.target_transform is not None:
                     label = self.target_transform(label)
                 self._pass.samples += 1
@@ -139,7 +142,9 @@ class RecordStream(EpochStream):
         if self.fields is None:
             return None
         plan = self.fields
-        geometries = self._geometries(records, indices, epoch) if plan.wants_geometry else [None] * len(records)
+        geometries: list[Any] = [None] * len(records)
+        if plan.wants_geometry:
+            geometries = self._geometries(records, indices, epoch)
         targets = [plan.one(r.label, r.fields, g) for r, g in zip(records, geometries)]
         collated = plan.collate(targets, None)
         del collated["label"]

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from readers.boxes import SampleGeometry, transform_boxes
 from readers.errors import OptionError
@@ -77,18 +76,20 @@ class FieldPlan:
         return out
 
     def collate(self, targets: Sequence[dict[str, Any]], labels: Any) -> dict[str, Any]:
-        """A batch's fields: ``{"label": labels, name: collated...}``."""
+        """A batch's fields: ``{"label": labels, name: collated...}``, numbers as NumPy arrays
+        (``readers.fields.as_tensors`` makes them tensors where the batch is received: NumPy
+        arrays pickle inline, where tensors from a worker would each take a shared-memory file)."""
         out: dict[str, Any] = {"label": labels}
         for name in self.names:
             values = [t[name] for t in targets]
             kind = self.schema.get(name, "json")
             if kind == "int" and all(v is not None for v in values):
-                out[name] = torch.tensor(values, dtype=torch.int64)
+                out[name] = np.asarray(values, dtype=np.int64)
             elif kind == "float" and all(v is not None for v in values):
-                out[name] = torch.tensor(values, dtype=torch.float32)
+                out[name] = np.asarray(values, dtype=np.float32)
             elif kind in VARIABLE:
                 arrays = [np.asarray(v if v is not None else [], dtype=_dtype(kind)) for v in values]
-                out[name] = [torch.from_numpy(a) for a in arrays]
+                out[name] = arrays
                 if self.pad:
                     out[name], out[f"{name}_count"] = _padded(arrays, kind)
             else:
@@ -100,7 +101,7 @@ def _dtype(kind: str) -> Any:
     return np.float32 if kind in ("floats", "boxes") else np.int64
 
 
-def _padded(arrays: list[np.ndarray], kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded(arrays: list[np.ndarray], kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(padded (B, max, ...) tensor, counts (B,)): boxes padded with zeros, integers with -1."""
     tail = (4,) if kind == "boxes" else ()
     arrays = [a.reshape(-1, *tail) for a in arrays]
@@ -109,5 +110,5 @@ def _padded(arrays: list[np.ndarray], kind: str) -> tuple[torch.Tensor, torch.Te
     padded = np.full((len(arrays), longest, *tail), fill, dtype=_dtype(kind))
     for i, a in enumerate(arrays):
         padded[i, : len(a)] = a
-    counts = torch.tensor([len(a) for a in arrays], dtype=torch.int64)
-    return torch.from_numpy(padded), counts
+    counts = np.asarray([len(a) for a in arrays], dtype=np.int64)
+    return padded, counts

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from readers.fields import as_tensors
 from readers.process import pid_alive
 
 MAX_SLOTS = 8  # per worker; a DataLoader keeps prefetch_factor (2) batches per worker in flight
@@ -179,7 +180,7 @@ def receive(
     images = torch.from_numpy(base).as_strided(shape, stride, offset)
     weakref.finalize(images.untyped_storage(), _mark_free, ring.flags, slot)
     label_tensor = torch.from_numpy(np.frombuffer(labels, dtype=np.int64).copy())
-    return images, label_tensor if fields is None else {"label": label_tensor, **fields}
+    return images, label_tensor if fields is None else {"label": label_tensor, **as_tensors(fields)}
 
 
 def mapped_rings() -> list[int]:

@@ -273,7 +273,9 @@ def test_reindex_rebuilds_the_shard_indexes_or_says_the_format_keeps_none(fmt, s
 
 
 # -- per-sample fields (issue 23) ----------------------------------------------------------------
-FIELD_SCHEMA = {"caption": "str", "score": "float", "boxes": "boxes", "categories": "box_ints", "meta": "json"}
+FIELD_SCHEMA = {
+    "caption": "str", "score": "float", "boxes": "boxes", "categories": "box_ints", "meta": "json"
+}  # fmt: skip
 
 
 def field_rows() -> list:
@@ -284,7 +286,8 @@ def field_rows() -> list:
     rows = []
     for i, path in enumerate(files):
         boxes = [[1.5 * k, 2.0, 10.0 + k, 8.0] for k in range(i % 4)]
-        fields = {"caption": f"café n°{i}", "score": i / 4, "boxes": boxes, "categories": list(range(i % 4))}
+        fields = {"caption": f"café n°{i}", "score": i / 4, "boxes": boxes}
+        fields["categories"] = list(range(i % 4))
         if i % 2:
             fields["meta"] = {"url": f"http://x/{i}", "tags": ["a", i]}
         rows.append(Row(str(path.relative_to(SAMPLE_DATA)), -1 if i % 3 == 0 else i % 2, fields, f"row {i}"))
@@ -313,7 +316,8 @@ def test_fields_round_trip_in_every_format_that_stores_them_or_one_clear_refusal
         assert target["label"] == row.label
         assert target["caption"] == row.fields["caption"] and target["score"] == row.fields["score"]
         assert target["boxes"].dtype == np.float32 and target["boxes"].shape == (i % 4, 4)
-        np.testing.assert_array_equal(target["boxes"], np.asarray(row.fields["boxes"], np.float32).reshape(-1, 4))
+        expected = np.asarray(row.fields["boxes"], np.float32).reshape(-1, 4)
+        np.testing.assert_array_equal(target["boxes"], expected)
         np.testing.assert_array_equal(target["categories"], row.fields["categories"])
         assert target["meta"] == row.fields.get("meta")
     assert open_dataset(out)[4][1] == rows[4].label  # without fields=: the label, as always

@@ -302,6 +302,12 @@ def dali_loader(
         return FallbackLoader.open(
             path, spec, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available()
         )
+    if spec.fields is not None:
+        raise OptionError(
+            f"fields= is read on dali_loader's DataLoader path only (the DALI pipeline returns images "
+            f"and labels): pass device='dataloader', or read the fields with open_iterable "
+            f"(fields={list(spec.fields)!r})"
+        )
     rank, world_size = resolve_rank(spec.rank, spec.world_size)
     assert spec.batch_size is not None
     last_batch = "drop" if spec.drop_last else ("pad" if spec.pad_last else "partial")

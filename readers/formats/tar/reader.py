@@ -292,7 +292,8 @@ class TarReader(FormatReader):
                     raise ValueError(f"label and shape must be integers, got {fields}")
                 label, height, width, channels = fields
                 stored = meta.get("fields", {}) if self.manifest.fields else None
-                records.append(Record(view[off : off + size], label, height, width, channels, encoding, stored))
+                image = view[off : off + size]
+                records.append(Record(image, label, height, width, channels, encoding, stored))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ManifestError(
                     f"{self.location(shard.file)}: sample {shard.first + a + len(records)} has unreadable "

@@ -68,7 +68,9 @@ def member_header(name: str, size: int) -> bytes:
     return info.tobuf(format=tarfile.USTAR_FORMAT, encoding="ascii", errors="strict")
 
 
-def sample_members(sample: PackedSample, schema: dict[str, str] | None = None) -> list[tuple[str, str, bytes]]:
+def sample_members(
+    sample: PackedSample, schema: dict[str, str] | None = None
+) -> list[tuple[str, str, bytes]]:
     """(extension, member name, bytes) of one sample, image first."""
     key = sample_key(sample.source_index)
     ext = image_ext(sample)

@@ -41,8 +41,8 @@ except ImportError:  # pragma: no cover - a hard dependency; decode.py guards it
 from readers.checksums import masked_crc
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file
-from readers.formats.tfrecord.fields import FIELDS_FEATURE
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
+from readers.formats.tfrecord.fields import FIELDS_FEATURE
 from readers.manifest import Manifest, Shard
 from readers.record import Buffer, Record
 
@@ -157,7 +157,8 @@ def example_record(data: memoryview, encoding: str) -> Record:
         lead = leading_entries(data, 3)
         if len(lead) >= 2 and lead[0][0] == META_FEATURE and lead[1][0] == b"image/encoded":
             label, height, width, channels = decode_feature(lead[0][1])
-            stored = decode_feature(lead[2][1])[0] if len(lead) == 3 and lead[2][0] == FIELDS_FEATURE else None
+            has_fields = len(lead) == 3 and lead[2][0] == FIELDS_FEATURE
+            stored = decode_feature(lead[2][1])[0] if has_fields else None
             return _sized_by_image(
                 Record(decode_feature(lead[1][1])[0], label, height, width, channels, encoding, stored)
             )

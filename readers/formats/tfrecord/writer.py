@@ -13,6 +13,7 @@ from packer.formats.rolling import RollingPartWriter, RollingWriter
 from packer.preprocess import PackedSample
 from readers.formats.tar.writer import image_ext
 from readers.formats.tfrecord.example import encode_example
+from readers.formats.tfrecord.fields import field_features
 from readers.formats.tfrecord.reader import (
     FORMAT_NAMES,
     META_FEATURE,
@@ -21,7 +22,6 @@ from readers.formats.tfrecord.reader import (
     scan_records,
     shard_name,
 )
-from readers.formats.tfrecord.fields import field_features
 from readers.manifest import Shard
 
 
