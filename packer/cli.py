@@ -394,6 +394,7 @@ def _register_optional_commands() -> None:
         ("packer.imagelist_cli", "imagelist_command"),
         ("packer.coco_cli", "coco_command"),
         ("packer.webdataset_cli", "webdataset_command"),
+        ("packer.parquet_cli", "parquet_command"),
         ("packer.show_cli", "show"),
     ):
         try:
