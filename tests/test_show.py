@@ -102,3 +102,21 @@ def test_boxes_drawn_and_non_ascii_class_names_have_glyphs(tmp_path):
         return np.asarray(font.getmask(text)).tobytes()
 
     assert mask("é") != mask("\u0378") and mask("é") != mask("e")  # a glyph, not the missing-glyph box
+
+
+def test_captions_drawn_under_the_class_line(tmp_path):
+    from packer.rows import Row, pack_rows
+    from tests.conftest import SAMPLE_DATA
+
+    files = sorted(p for p in SAMPLE_DATA.rglob("*.jpg"))[:4]
+    names = [str(p.relative_to(SAMPLE_DATA)) for p in files]
+    rows = [Row(name, 0, {"caption": f"légende n°{i}"}) for i, name in enumerate(names)]
+    pack_rows(rows, SAMPLE_DATA, ["a"], tmp_path / "caps", "lmdb", workers=1)
+    without = [Row(r.path, 0, {}) for r in rows]
+    pack_rows(without, SAMPLE_DATA, ["a"], tmp_path / "plain", "lmdb", {}, workers=1)
+    cell = 64
+    with_text, _ = contact_sheet(tmp_path / "caps", n=4, cell=cell)
+    plain, _ = contact_sheet(tmp_path / "plain", n=4, cell=cell)
+    assert with_text.height == plain.height + 2 * CAPTION  # a second line under each of 2 rows
+    second_line = np.asarray(with_text)[GAP + cell + CAPTION : GAP + cell + 2 * CAPTION, GAP : GAP + cell]
+    assert (second_line.max(axis=2) > 150).sum() > 20  # the caption's text is drawn there
