@@ -281,7 +281,12 @@ def scan_list(
             f"{root}: --root is not a folder; give the folder the list's paths are relative to"
         )
     rows = read_rows(list_path, path_column, label_column, header)
-    if multi_label is not None:
+    if multi_label is None:  # a JSON list of labels is for --multi-label only
+        for row in rows:
+            if isinstance(row.label, list) and not row.problem:
+                row.problem = f"label {_shown(row.label)} is neither an integer nor a class name"
+                row.label = ""
+    else:
         return _scan_multi_label(list_path, root, rows, classes_file, suffix, fields, no_fields, multi_label)
     classes, resolve = _label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
     schema = _select_fields(list_path, rows, fields, no_fields)

@@ -32,7 +32,8 @@ def make_images(root: Path, count: int, rng: np.random.Generator) -> list[str]:
     base = rng.integers(0, 255, (32, 40, 3), dtype=np.uint8)
     for i in range(count):
         small = np.roll(base, i, axis=1)
-        image = Image.fromarray(small).resize((320, 256), Image.Resampling.BILINEAR)  # smooth: JPEG-like sizes
+        # smooth content: JPEG sizes like photos
+        image = Image.fromarray(small).resize((320, 256), Image.Resampling.BILINEAR)
         name = f"{i:06d}.jpg"
         image.save(root / name, quality=90)
         names.append(name)

@@ -19,7 +19,7 @@ from packer.engine import pack_folder
 from packer.imagelist import scan_list
 from packer.rows import Row, pack_rows
 from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iterable
-from readers.errors import OptionError
+from readers.errors import ImgpackError, OptionError
 from readers.manifest import read_manifest
 from readers.record import pack_record, unpack_record
 from tests.conftest import run_cli
@@ -127,11 +127,12 @@ def test_pack_imagelist_cli_fields_and_webdataset_reads_the_captions(images, tmp
     assert got == [f"ein Bild Nr. {i} – été" for i in range(N)]
     info = run_cli("info", out)
     assert "caption" in info.stdout and "str" in info.stdout, info.stdout
-    bad = run_cli("imagelist", caption_list(images), "--root", images, "--to", "bmp", "-o", tmp_path / "b")
-    assert bad.returncode == 1 and "--no-fields" in bad.stderr
-    ok = run_cli("imagelist", caption_list(images), "--root", images, "--to", "bmp", "-o", tmp_path / "b",
-                 "--no-fields", "--quiet")  # fmt: skip
+    bmp = tmp_path / "b"
+    ok = run_cli(
+        "imagelist", caption_list(images), "--root", images, "--to", "bmp", "-o", bmp, "--no-fields", "-q"
+    )
     assert ok.returncode == 0, ok.stderr
+    assert read_manifest(bmp).fields == {} and isinstance(open_dataset(bmp)[0][1], int)
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -253,3 +254,19 @@ def test_dali_loader_fallback_returns_fields_with_the_boxes_moved(boxed):
             assert box == pytest.approx([x0, y0, x1 - x0, y1 - y0], abs=1e-4)
             seen += 1
     assert seen == N
+
+
+def test_multi_label_takes_a_json_list_of_labels(images, tmp_path):
+    entries = [
+        {"path": f"{i:02d}.png", "label": ["dog", "cat"][: 1 + i % 2], "caption": f"c{i}"} for i in range(4)
+    ]
+    lst = write_jsonl(tmp_path / "m.jsonl", entries)
+    # without --multi-label a list is not a label
+    with pytest.raises(ImgpackError, match=r'line 1: label \["dog"\] is neither'):
+        scan_list(lst, images)
+    scan = scan_list(lst, images, multi_label=",")
+    assert scan.fields == {"caption": "str", "labels": "ints"}
+    out = tmp_path / "ds"
+    pack_folder(scan, out, "hdf5", workers=1)
+    ds = open_dataset(out, fields=["labels", "caption"])
+    assert ds[1][1] == {"label": -1, "labels": pytest.approx(np.array([1, 0])), "caption": "c1"}

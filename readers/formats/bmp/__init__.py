@@ -20,4 +20,5 @@ FORMAT = Format(
     folder=_class_folder,
     remote_finish="local",  # finish renames every image into its class folder
     encodings=("bmp",),
+    stores_fields=True,  # a 9th index column of JSON text, under each file's crc32
 )

@@ -67,6 +67,7 @@ class BmpIndex:
         # Per shard: its rows are parsed, packed into arrays and dropped, so no per-sample
         # Python object outlives one shard.
         blobs: list[bytes] = []
+        field_texts: list[bytes] = []  # each sample's fields (the index's 9th column), if any
         lengths = [np.zeros(0, np.int64)]
         tables = [np.zeros((0, 6), np.int64)]
         for shard in manifest.shards:
@@ -86,6 +87,8 @@ class BmpIndex:
             if len(table) != len(rows) or (table[:, 1:] < 0).any():
                 raise ManifestError(f"{path}: malformed row in the BMP cache index; re-pack the dataset")
             check_names(part_names, str(path), "file")
+            if manifest.fields:
+                field_texts += [str(row[8]).encode() if len(row) > 8 else b"" for row in rows]
             encoded = [os.fsencode(n) for n in part_names]
             blobs.append(b"".join(encoded))
             lengths.append(np.fromiter(map(len, encoded), np.int64, count=len(encoded)))
@@ -99,6 +102,7 @@ class BmpIndex:
         self.crc = table[:, 5].copy()
         self.ends = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
         self.names = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+        self.fields = field_texts or None
         self.root = os.fsencode(str(root).rstrip("/")) + b"/"
         self.dir_fd = -1
         if reader.remote:  # files are fetched by URL, one request each (BmpReader.read)
@@ -190,14 +194,16 @@ class BmpReader(FormatReader):
             raise ManifestError(f"{where}: cannot read it ({exc.strerror}); fix it or re-pack") from None
         height, width, channels = idx.shapes[index].tolist()
         label = int(idx.labels[index])
+        fields = idx.fields[index] if idx.fields is not None else b""
         # Remote files are always checked: no sha256 covers them, and the CRC costs little next
         # to a request.
         if (self.verify or self.parts is not None) and (
             len(data) != idx.sizes[index]
-            or record_crc(data, label, height, width, channels, "bmp") != idx.crc[index]
+            or record_crc(data, label, height, width, channels, "bmp", fields) != idx.crc[index]
         ):
             raise ChecksumError(f"{where}: does not match its checksum in the cache index (corrupt)")
-        return Record(data, label, height, width, channels, "bmp")
+        record = Record(data, label, height, width, channels, "bmp", fields)
+        return self.typed_fields(record, index) if self.manifest.fields else record
 
     def describe(self, index: int) -> str:
         return f"{super().describe(index)} ({os.fsdecode(self.index.path(index))})"

@@ -66,9 +66,13 @@ class BmpPartWriter(PartWriter):
         staged = f"{bucket}/{self.count:09d}.bmp"
         with open(self.folder / staged, "wb") as fh:
             fh.write(sample.data)
+        fields = sample.fields.encode()
         row = [staged, sample.label, sample.height, sample.width, sample.channels, len(sample.data),
-               record_crc(sample.data, sample.label, sample.height, sample.width, sample.channels, "bmp"),
+               record_crc(sample.data, sample.label, sample.height, sample.width, sample.channels, "bmp",
+                          fields),
                sample.rel]  # fmt: skip
+        if self.fields:
+            row.append(sample.fields)  # a 9th column: the sample's fields as JSON text, under the crc32
         self.index.write(json.dumps(row) + "\n")
         self.count += 1
         self.nbytes += len(sample.data)
