@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from packer.cli import main
 from readers import RandomResizedCrop, make_loader, open_dataset, open_iterable
 from readers.dali import dali_loader
-from readers.formats.registry import format_names, formats_storing_fields
+from readers.formats.registry import formats_storing_fields
 from tests.cocodata import colour_of, find_rectangle, iou, make_coco
 
 FIELDS = ["boxes", "categories", "iscrowd", "image_id"]
@@ -59,22 +59,6 @@ def check_frames(image, target) -> int:
         if found is not None and min(found[2:]) >= MIN_SIDE:
             assert index in categories.tolist(), (index, found, categories)
     return compared
-
-
-def test_formats_without_fields_refuse_naming_the_fix(coco, tmp_path):
-    for fmt in sorted(set(format_names()) - set(formats_storing_fields())):
-        args = [
-            "coco",
-            str(coco),
-            "--root",
-            str(coco.parent / "images"),
-            "--to",
-            fmt,
-            "-o",
-            str(tmp_path / fmt),
-        ]
-        result = CliRunner().invoke(main, [*args, "-q"])
-        assert result.exit_code == 1 and "does not store per-sample fields" in result.output
 
 
 @pytest.mark.parametrize("fmt", formats_storing_fields())
