@@ -435,6 +435,8 @@ def _register_optional_commands() -> None:
         ("packer.bench.cli", "bench"),
         ("packer.imagelist_cli", "imagelist_command"),
         ("packer.coco_cli", "coco_command"),
+        ("packer.webdataset_cli", "webdataset_command"),
+        ("packer.parquet_cli", "parquet_command"),
         ("packer.show_cli", "show"),
     ):
         try:

@@ -11,7 +11,8 @@ single-object data serve classification as well.
 
 Bad input never stops the scan: an annotation naming an image that is not in ``images``, a
 category that is not in ``categories``, a malformed ``bbox``, a NaN or infinite coordinate, and
-an image whose file is missing under ``--root`` are listed in ``skipped`` with the reason; a box
+an image whose file is missing under ``--root`` (checked by ``packer.rows``, with paths that
+leave the root and repeated paths) are listed in ``skipped`` with the reason; a box
 reaching outside its image (COCO's own ``width``/``height``) is clipped, and a box left without
 area dropped; both are counted in ``clipped``. A file that is not COCO is one ``ImgpackError``
 naming what is missing.
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from packer.rows import Row, scan_rows
 from packer.source import SourceScan
 from readers.boxes import clip_boxes
 from readers.errors import ImgpackError
@@ -41,18 +43,9 @@ REQUIRED = {
 }
 
 
-@dataclass(frozen=True)
-class CocoRow:
-    path: str  # absolute path of the image file
-    rel: str  # the COCO file_name, relative to --root (as the manifest records it)
-    label: int
-    fields: dict[str, Any]
-    where: str = ""  # "images[7]", for skip reasons
-
-
 @dataclass
 class CocoScan:
-    rows: list[CocoRow]
+    rows: list[Row]  # paths are COCO's file_names, checked against --root by packer.rows
     classes: list[str]
     schema: dict[str, str]
     skipped: list[dict[str, str]] = field(default_factory=list)
@@ -97,25 +90,6 @@ def _bbox(value: Any) -> list[float] | str:
     return box
 
 
-def _inside_root(root: Path, name: Any) -> tuple[str, str] | str:
-    """(absolute path, posix rel) of an image ``file_name``, or why it cannot be used."""
-    if not isinstance(name, str) or not name:
-        return f"file_name {json.dumps(name)[:60]} is not a path"
-    base = os.path.abspath(root)
-    full = os.path.normpath(os.path.join(base, name))
-    rel = os.path.relpath(full, base).replace(os.sep, "/")
-    real_base = os.path.realpath(base)
-    if (
-        rel == ".."
-        or rel.startswith("../")
-        or os.path.commonpath([os.path.realpath(full), real_base]) != real_base
-    ):
-        return f"outside --root {root}"
-    if not os.path.isfile(full):
-        return f"file not found under {root}"
-    return full, rel
-
-
 def _image_size(image: Mapping[str, Any]) -> tuple[int, int] | None:
     """COCO's (height, width) of an image, when it states a usable one."""
     h, w = image.get("height"), image.get("width")
@@ -124,16 +98,10 @@ def _image_size(image: Mapping[str, Any]) -> tuple[int, int] | None:
     return None
 
 
-def scan_coco(
-    annotations: str | os.PathLike, root: str | os.PathLike | None = None, skip_empty: bool = False
-) -> CocoScan:
-    """The rows of a COCO file, in the order of its ``images`` list, with what was skipped."""
+def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoScan:
+    """The rows of a COCO file, in the order of its ``images`` list, with the annotations skipped
+    (image files are checked by ``coco_source``)."""
     path = Path(annotations).expanduser()
-    root = Path(root).expanduser() if root is not None else path.parent
-    if not root.is_dir():
-        raise ImgpackError(
-            f"{root}: --root is not a folder; give the folder COCO's file_names are relative to"
-        )
     data = load_coco(path)
     try:
         categories = sorted(data["categories"], key=lambda c: c["id"])
@@ -154,24 +122,13 @@ def scan_coco(
             continue
         crowd = 1 if ann.get("iscrowd") else 0
         boxes_of.setdefault(ann["image_id"], []).append((box, index_of[ann["category_id"]], crowd))
-    seen: dict[str, int] = {}
     for number, image in enumerate(data["images"]):
-        where = f"{path.name} images[{number}]"
-        place = _inside_root(root, image["file_name"])
-        if isinstance(place, str):
-            scan.skipped.append({"path": str(image["file_name"]), "reason": f"{where}: {place}"})
-            continue
-        full, rel = place
-        if rel in seen:
-            scan.skipped.append({"path": rel, "reason": f"{where}: the same file as images[{seen[rel]}]"})
-            continue
-        seen[rel] = number
         found = boxes_of.get(image["id"], [])
         if not found:
             scan.empty += 1
             if skip_empty:
                 continue
-        scan.rows.append(_row(scan, full, rel, image, found, f"images[{number}]"))
+        scan.rows.append(_row(scan, image, found, f"{path.name} images[{number}]"))
     if not scan.rows:
         first = f"; first problem: {scan.skipped[0]['reason']}" if scan.skipped else ""
         raise ImgpackError(f"{path}: no image to pack ({len(scan.skipped)} skipped){first}")
@@ -191,24 +148,30 @@ def _annotation_problem(ann: Any, images: Mapping[Any, Any], index_of: Mapping[A
     return ""
 
 
-def _row(scan: CocoScan, full: str, rel: str, image: Mapping[str, Any], found: list, where: str) -> CocoRow:
-    boxes = np.array([b for b, _, _ in found], np.float32).reshape(-1, 4)
-    categories = np.array([c for _, c, _ in found], np.int64)
-    crowd = np.array([k for _, _, k in found], np.int64)
+def _inside(box: list[float], size: tuple[int, int] | None) -> bool:
+    x, y, w, h = box
+    return size is None or (x >= 0 and y >= 0 and w > 0 and h > 0 and x + w <= size[1] and y + h <= size[0])
+
+
+def _row(scan: CocoScan, image: Mapping[str, Any], found: list, where: str) -> Row:
+    boxes = [b for b, _, _ in found]
+    categories = [c for _, c, _ in found]
+    crowd = [k for _, _, k in found]
     size = _image_size(image)
-    if size is not None and len(boxes):
-        boxes, kept, clipped = clip_boxes(boxes, size)
-        categories, crowd = categories[kept], crowd[kept]
-        scan.clipped += clipped
-    distinct = set(categories.tolist())
+    if not all(_inside(box, size) for box in boxes):  # the rare image to clip: numpy only then
+        clipped_boxes, kept, clipped = clip_boxes(np.array(boxes, np.float32), size)  # type: ignore[arg-type]
+        boxes, scan.clipped = clipped_boxes.tolist(), scan.clipped + clipped
+        categories, crowd = [categories[i] for i in kept.tolist()], [crowd[i] for i in kept.tolist()]
+    distinct = set(categories)
     label = distinct.pop() if len(distinct) == 1 else -1
     fields = {
-        "boxes": boxes.tolist(),
-        "categories": categories.tolist(),
-        "iscrowd": crowd.tolist(),
+        "boxes": boxes,
+        "categories": categories,
+        "iscrowd": crowd,
         "image_id": image["id"] if isinstance(image["id"], int) else None,
     }
-    return CocoRow(full, rel, label, fields, where)
+    name = image["file_name"]
+    return Row(name if isinstance(name, str) else "", label, fields, where)
 
 
 def coco_source(
@@ -216,15 +179,16 @@ def coco_source(
 ) -> SourceScan:
     """The ``SourceScan`` ``pack coco`` packs: ``scan_coco``'s rows through the rows entry point
     (``packer.rows.scan_rows``), the clipped-box count in the manifest's ``extra``."""
-    from packer.rows import Row, scan_rows
-
     path = Path(annotations).expanduser()
-    scan = scan_coco(path, root, skip_empty)
-    rows = [Row(row.path, row.label, row.fields, f"{path.name} {row.where}") for row in scan.rows]
+    base = Path(root).expanduser() if root is not None else path.parent
+    if not base.is_dir():
+        raise ImgpackError(
+            f"{base}: --root is not a folder; give the folder COCO's file_names are relative to"
+        )
+    scan = scan_coco(path, skip_empty)
     extra = {
         "coco": str(path.resolve()),
         "boxes_clipped": str(scan.clipped),
         "images_without_boxes": str(scan.empty),
     }
-    base = Path(root).expanduser() if root is not None else path.parent
-    return scan_rows(rows, base, scan.classes, scan.schema, scan.skipped, extra, where=str(path))
+    return scan_rows(scan.rows, base, scan.classes, scan.schema, scan.skipped, extra, where=str(path))

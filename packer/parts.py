@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import Any
 
+from packer.box_geometry import refit_packed
 from packer.formats import FormatWriter, PartResult, PartWriter
 from packer.formats.base import disk_hint
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
@@ -89,7 +90,7 @@ def write_part(
                 skipped_at.append(position)
             else:
                 result.dataset_index = first + position - len(skipped_at)
-                part_writer.add(result)
+                part_writer.add(refit_packed(result, writer.fields, writer.spec) if writer.fields else result)
                 sizes.add(result)
                 if result.fields:
                     for name in json.loads(result.fields):

@@ -25,7 +25,8 @@ def make_coco(folder: Path, count: int = 300, empty: int = 4, seed: int = 0) -> 
     rng = np.random.default_rng(seed)
     images_dir = folder / "images"
     (images_dir / "sub").mkdir(parents=True, exist_ok=True)
-    images, annotations = [], []
+    images: list[dict] = []
+    annotations: list[dict] = []
     ids = sorted(CATEGORIES)
     for number in range(count):
         h, w = (int(v) for v in rng.integers(40, 121, size=2))

@@ -7,10 +7,13 @@ import json
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from PIL import Image
 
-from packer.coco import scan_coco
+from packer.cli import main
+from packer.coco import coco_source, scan_coco
 from readers.errors import ImgpackError
+from readers.formats.registry import formats_storing_fields
 from tests.cocodata import CLASSES, colour_of, find_rectangle, iou, make_coco
 
 
@@ -21,7 +24,7 @@ def coco(tmp_path_factory):
 
 
 def test_rows_frame_the_drawn_rectangles(coco):
-    scan = scan_coco(coco, coco.parent / "images")
+    scan = scan_coco(coco)
     assert scan.classes == CLASSES and not scan.skipped and scan.clipped == 0
     assert len(scan.rows) == 40 and scan.empty == 3
     assert scan.schema == {
@@ -33,7 +36,7 @@ def test_rows_frame_the_drawn_rectangles(coco):
     data = json.loads(coco.read_text())
     assert [r.fields["image_id"] for r in scan.rows] == [i["id"] for i in data["images"]]
     for row in scan.rows:
-        pixels = np.asarray(Image.open(row.path).convert("RGB"))
+        pixels = np.asarray(Image.open(coco.parent / "images" / row.path).convert("RGB"))
         fields = row.fields
         assert len(fields["boxes"]) == len(fields["categories"]) == len(fields["iscrowd"])
         for box, category in zip(fields["boxes"], fields["categories"]):
@@ -43,7 +46,7 @@ def test_rows_frame_the_drawn_rectangles(coco):
 
 
 def test_skip_empty_drops_images_without_boxes(coco):
-    scan = scan_coco(coco, coco.parent / "images", skip_empty=True)
+    scan = scan_coco(coco, skip_empty=True)
     assert len(scan.rows) == 37 and all(r.fields["boxes"] for r in scan.rows)
 
 
@@ -83,7 +86,7 @@ def test_bad_annotations_are_skips_and_counts(tmp_path):
         {"image_id": 3, "bbox": [1, 1, 1, 1], "category_id": 5},  # its file is missing
     ]
     data["annotations"] = ann
-    scan = scan_coco(_write(tmp_path, data))
+    scan = coco_source(_write(tmp_path, data))
     assert scan.classes == ["dog", "cat"]  # sorted by category id
     reasons = [s["reason"] for s in scan.skipped]
     assert len(reasons) == 8, reasons
@@ -92,11 +95,13 @@ def test_bad_annotations_are_skips_and_counts(tmp_path):
     assert sum("NaN or infinite" in r for r in reasons) == 2
     assert any("no bbox" in r for r in reasons)
     assert any(s["path"] == "missing.jpg" and "file not found" in s["reason"] for s in scan.skipped)
-    assert scan.clipped == 2
-    first, second = scan.rows
-    np.testing.assert_allclose(first.fields["boxes"], [[10, 10, 10, 10], [40, 30, 10, 10]])
-    assert first.fields["categories"] == [1, 0] and first.label == -1
-    assert second.fields["boxes"] == [] and second.label == -1
+    assert scan.extra["boxes_clipped"] == "2" and scan.fields["categories"] == "box_ints"
+    first, second = scan.items
+    assert (first.rel, second.rel) == ("a.jpg", "b.jpg") and first.label == second.label == -1
+    fields = json.loads(first.fields)
+    np.testing.assert_allclose(fields["boxes"], [[10, 10, 10, 10], [40, 30, 10, 10]])
+    assert fields["categories"] == [1, 0] and fields["image_id"] == 1
+    assert json.loads(second.fields)["boxes"] == []
 
 
 @pytest.mark.parametrize(
@@ -112,7 +117,7 @@ def test_bad_annotations_are_skips_and_counts(tmp_path):
 )
 def test_not_coco_is_one_line_naming_what_lacks(tmp_path, data, message):
     with pytest.raises(ImgpackError) as info:
-        scan_coco(_write(tmp_path, data))
+        coco_source(_write(tmp_path, data))
     text = str(info.value)
     assert message in text and "instances.json" in text and "\n" not in text
 
@@ -120,7 +125,49 @@ def test_not_coco_is_one_line_naming_what_lacks(tmp_path, data, message):
 def test_outside_root_and_duplicates(tmp_path):
     data = base()
     data["images"] += [{"id": 4, "file_name": "../a.jpg"}, {"id": 5, "file_name": "./a.jpg"}]
-    scan = scan_coco(_write(tmp_path, data))
+    scan = coco_source(_write(tmp_path, data))
     reasons = {s["path"]: s["reason"] for s in scan.skipped}
     assert "outside --root" in reasons["../a.jpg"]
-    assert "the same file as images[0]" in reasons["a.jpg"]
+    assert "duplicate of" in reasons["a.jpg"] and "images[4]" in reasons["a.jpg"]
+    assert [item.rel for item in scan.items] == ["a.jpg", "b.jpg"]
+
+
+def _stored_boxes_frame_rectangles(out, spec_crop: int | None) -> int:
+    """Every stored sample's boxes frame their rectangles in the stored pixels; returns the count
+    of boxes checked."""
+    from readers.decode import decode_array
+    from readers.formats import open_reader
+
+    reader = open_reader(out)
+    checked = 0
+    try:
+        for index in range(len(reader)):
+            record = reader.read(index)
+            pixels = decode_array(record)
+            if spec_crop:
+                assert pixels.shape[:2] == (spec_crop, spec_crop)
+            fields = record.fields
+            assert fields["boxes"].dtype == np.float32 and len(fields["categories"]) == len(fields["boxes"])
+            for box, category in zip(fields["boxes"], fields["categories"]):
+                found = find_rectangle(pixels, colour_of(int(category)))
+                if found is None:  # the crop left a sliver the JPEG washed out
+                    assert box[2] * box[3] < 6
+                    continue
+                assert iou(box, found) >= 0.85, (index, box, found)
+                checked += 1
+    finally:
+        reader.close()
+    return checked
+
+
+@pytest.mark.parametrize("fmt", formats_storing_fields())
+def test_pack_coco_cli_moves_boxes_with_resize_and_crop(coco, tmp_path, fmt):
+    out = tmp_path / f"out-{fmt}"
+    args = ["coco", coco, "--root", coco.parent / "images", "--to", fmt, "-o", out]
+    result = CliRunner().invoke(
+        main, [*map(str, args), "--resize", "48", "--crop", "40", "--workers", "1", "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["classes"] == CLASSES and manifest["num_samples"] == 40
+    assert _stored_boxes_frame_rectangles(out, 40) >= 30

@@ -295,7 +295,11 @@ def field_rows() -> list:
 
 
 def test_fields_round_trip_in_every_format_that_stores_them_or_one_clear_refusal(fmt, tmp_path):
+    from PIL import Image, ImageOps
+
+    from packer.box_geometry import pack_geometry
     from packer.rows import pack_rows
+    from readers.boxes import transform_boxes
 
     rows, out = field_rows(), tmp_path / "fields"
     spec = PreprocessSpec(**spec_for(fmt))
@@ -315,10 +319,13 @@ def test_fields_round_trip_in_every_format_that_stores_them_or_one_clear_refusal
         _, target = ds[i]
         assert target["label"] == row.label
         assert target["caption"] == row.fields["caption"] and target["score"] == row.fields["score"]
-        assert target["boxes"].dtype == np.float32 and target["boxes"].shape == (i % 4, 4)
-        expected = np.asarray(row.fields["boxes"], np.float32).reshape(-1, 4)
-        np.testing.assert_array_equal(target["boxes"], expected)
-        np.testing.assert_array_equal(target["categories"], row.fields["categories"])
+        # boxes are stored in the stored image's pixels: moved by the pack's --resize/--crop
+        with Image.open(SAMPLE_DATA / row.path) as source:
+            geometry = pack_geometry(ImageOps.exif_transpose(source).size, spec)
+        expected, kept = transform_boxes(np.asarray(row.fields["boxes"], np.float32), geometry)
+        assert target["boxes"].dtype == np.float32 and target["boxes"].shape == expected.shape
+        np.testing.assert_allclose(target["boxes"], expected, atol=1e-4)
+        np.testing.assert_array_equal(target["categories"], np.asarray(row.fields["categories"])[kept])
         assert target["meta"] == row.fields.get("meta")
     assert open_dataset(out)[4][1] == rows[4].label  # without fields=: the label, as always
     with pytest.raises(ImgpackError, match="no field 'nope'"):

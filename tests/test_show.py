@@ -67,3 +67,56 @@ def test_cli_writes_a_png_and_refuses_bad_input(packed, tmp_path):
     bad = run_cli("show", root, "-o", out, "--classes", "zebra")
     assert bad.returncode == 1 and "unknown class(es) zebra; the dataset has: animals" in bad.stderr
     assert run_cli("show", root, "-o", tmp_path / "grid.jpg").returncode == 1
+
+
+def test_boxes_drawn_and_non_ascii_class_names_have_glyphs(tmp_path):
+    from click.testing import CliRunner
+
+    from packer.cli import main
+    from packer.show import BOX, caption_font
+    from readers import open_dataset
+    from tests.cocodata import make_coco
+
+    coco = make_coco(tmp_path / "coco", count=12, empty=0)
+    out = tmp_path / "coco.lmdb"
+    args = ["coco", str(coco), "--root", str(coco.parent / "images"), "--to", "lmdb", "-o", str(out), "-q"]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    sheet, chosen = contact_sheet(out, n=4, cell=128)
+    pixels = np.asarray(sheet)
+    outlined = np.all(pixels == BOX, axis=2)
+    assert outlined.sum() > 4 * 40  # every thumbnail has at least one box outlined
+    # The first cell's box outline sits where the box is, scaled to the thumbnail.
+    ds = open_dataset(out, fields=["boxes"])
+    _, target = ds[int(chosen[0])]
+    image = np.asarray(ds[int(chosen[0])][0])
+    h, w = image.shape[:2]
+    scale = min(1.0, 128 / h, 128 / w)  # thumbnails only shrink
+    left = GAP + (128 - round(w * scale)) // 2
+    top = GAP + (128 - round(h * scale)) // 2
+    x, y = target["boxes"][0][:2]
+    row, column = round(top + y * scale), round(left + x * scale)
+    assert outlined[row - 1 : row + 2, column - 1 : column + 2].any()
+    font = caption_font()
+
+    def mask(text: str) -> bytes:
+        return np.asarray(font.getmask(text)).tobytes()
+
+    assert mask("é") != mask("\u0378") and mask("é") != mask("e")  # a glyph, not the missing-glyph box
+
+
+def test_captions_drawn_under_the_class_line(tmp_path):
+    from packer.rows import Row, pack_rows
+    from tests.conftest import SAMPLE_DATA
+
+    files = sorted(p for p in SAMPLE_DATA.rglob("*.jpg"))[:4]
+    names = [str(p.relative_to(SAMPLE_DATA)) for p in files]
+    rows = [Row(name, 0, {"caption": f"légende n°{i}"}) for i, name in enumerate(names)]
+    pack_rows(rows, SAMPLE_DATA, ["a"], tmp_path / "caps", "lmdb", workers=1)
+    without = [Row(r.path, 0, {}) for r in rows]
+    pack_rows(without, SAMPLE_DATA, ["a"], tmp_path / "plain", "lmdb", {}, workers=1)
+    cell = 64
+    with_text, _ = contact_sheet(tmp_path / "caps", n=4, cell=cell)
+    plain, _ = contact_sheet(tmp_path / "plain", n=4, cell=cell)
+    assert with_text.height == plain.height + 2 * CAPTION  # a second line under each of 2 rows
+    second_line = np.asarray(with_text)[GAP + cell + CAPTION : GAP + cell + 2 * CAPTION, GAP : GAP + cell]
+    assert (second_line.max(axis=2) > 150).sum() > 20  # the caption's text is drawn there

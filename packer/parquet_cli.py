@@ -1,0 +1,51 @@
+"""``pack parquet``: pack a Parquet/Arrow table of images (bytes or paths), like ``pack imagefolder``.
+
+The command takes every preprocessing, engine and output option of ``imagefolder`` (copied from
+that command when the group registers this one) and packs ``packer.parquet_source``'s scan.
+"""
+
+from __future__ import annotations
+
+import click
+
+PARQUET_HELP = """Pack the images of the Parquet/Arrow TABLE (a column of image bytes or paths) into OUT.
+
+\b
+pack parquet train-00000.parquet --to lmdb -o train.lmdb
+pack parquet index.parquet --root ~/imgs --image-column file --label-column cls --to tar -o out
+
+Every column besides the image and the label is a per-sample field (typed from its values).
+Image bytes are written to a temporary folder (--workdir) for the pack and removed after.
+"""
+
+
+def parquet_command(group: click.Group) -> click.Command:
+    """The ``parquet`` command, built from ``group``'s ``imagefolder`` options."""
+    imagefolder = group.commands["imagefolder"]
+    shared = [p for p in imagefolder.params if p.name not in ("src", "resume")]
+
+    def run(table, root, image_column, label_column, workdir, **options):
+        import tempfile
+        from pathlib import Path
+
+        from packer.parquet_source import parquet_source
+        from readers.errors import ImgpackError
+
+        with tempfile.TemporaryDirectory(prefix="imgpack-parquet-", dir=workdir) as scratch:
+            scan = parquet_source(table, Path(scratch), root, image_column, label_column)
+            if scan.skipped and options["on_error"] == "fail":
+                first = scan.skipped[0]
+                raise ImgpackError(f"{first['path']}: {first['reason']} (--on-error fail stops at the first)")
+            return imagefolder.callback(src=scan, resume=False, **options)
+
+    params = [
+        click.Argument(["table"], metavar="TABLE", type=click.Path(path_type=str)),
+        click.Option(["--root"], type=click.Path(path_type=str), default=None,
+                     help="Folder image paths are relative to."),
+        click.Option(["--image-column"], default=None, help="Column with the image bytes or paths."),
+        click.Option(["--label-column"], default=None, help="Column with the label (integers or names)."),
+        click.Option(["--workdir"], type=click.Path(path_type=str, file_okay=False), default=None,
+                     help="Where image bytes are written for the pack [default: a temporary folder]."),
+        *shared,
+    ]  # fmt: skip
+    return click.Command("parquet", callback=run, params=params, help=PARQUET_HELP)

@@ -1,0 +1,53 @@
+"""``pack webdataset``: re-pack WebDataset samples (a folder tree or tar shards), like ``pack imagefolder``.
+
+The command takes every preprocessing, engine and output option of ``imagefolder`` (copied from
+that command when the group registers this one) and packs ``packer.webdataset_source``'s scan.
+"""
+
+from __future__ import annotations
+
+import click
+
+WEBDATASET_HELP = """Pack WebDataset samples (files sharing a stem: x.jpg + x.cls/x.txt/x.json) into OUT.
+
+\b
+pack webdataset shards/ --to lmdb -o train.lmdb                 # a folder tree
+pack webdataset data-000000.tar data-000001.tar --to hdf5 -o out.h5d
+
+.cls is the class (classes 0..max), .txt the caption field, .json's keys fields of their own.
+Tar shards are unpacked into a temporary folder (--workdir) for the pack and removed after.
+"""
+
+
+def webdataset_command(group: click.Group) -> click.Command:
+    """The ``webdataset`` command, built from ``group``'s ``imagefolder`` options."""
+    imagefolder = group.commands["imagefolder"]
+    shared = [p for p in imagefolder.params if p.name not in ("src", "resume")]
+
+    def run(sources, workdir, **options):
+        import tempfile
+        from pathlib import Path
+
+        from packer.webdataset_source import webdataset_source
+        from readers.errors import ImgpackError
+
+        with tempfile.TemporaryDirectory(prefix="imgpack-wds-", dir=workdir) as scratch:
+            scan = webdataset_source(list(sources), Path(scratch))
+            if scan.skipped and options["on_error"] == "fail":
+                first = scan.skipped[0]
+                raise ImgpackError(f"{first['path']}: {first['reason']} (--on-error fail stops at the first)")
+            return imagefolder.callback(src=scan, resume=False, **options)
+
+    params = [
+        click.Argument(
+            ["sources"], metavar="SOURCE...", nargs=-1, required=True, type=click.Path(path_type=str)
+        ),
+        click.Option(
+            ["--workdir"],
+            type=click.Path(path_type=str, file_okay=False),
+            default=None,
+            help="Where tar shards are unpacked for the pack [default: the system's temporary folder].",
+        ),
+        *shared,
+    ]
+    return click.Command("webdataset", callback=run, params=params, help=WEBDATASET_HELP)

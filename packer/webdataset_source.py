@@ -1,0 +1,124 @@
+"""``pack webdataset``: re-pack WebDataset-style samples (files sharing a stem) from a folder tree
+or from tar shards, through the rows entry point (``packer.rows``).
+
+A sample is the files whose names share a key: the path up to the first dot of the file name, as
+``webdataset`` groups tar members (``a/x.jpg``, ``a/x.cls``, ``a/x.json`` are sample ``a/x``).
+Members: one image (``jpg``/``jpeg``/``png``/``webp``/``bmp``/``ppm``/``tif``/``tiff``), ``cls`` (an
+integer class), ``txt`` (the ``caption`` field), ``json`` (an object: each key a field; any other
+value: the ``json`` field). Classes are ``0..max`` of the ``cls`` values (the label is -1 without
+one). A sample without an image, with two, a ``cls`` that is not an integer, text that is not
+UTF-8 or JSON that does not parse is skipped with the reason. Tar shards are unpacked into
+``workdir`` (the packer reads image files), which the caller removes after the pack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from packer.rows import Row, scan_rows
+from packer.source import SourceScan
+from readers.errors import ImgpackError
+
+IMAGE_MEMBERS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "tif", "tiff")
+RESERVED_FIELDS = ("label", "geometry")
+
+
+def split_key(rel: str) -> tuple[str, str]:
+    """(sample key, member extension) of a posix path, as webdataset splits member names."""
+    folder, _, name = rel.rpartition("/")
+    stem, dot, ext = name.partition(".")
+    return (f"{folder}/{stem}" if folder else stem), ext.lower() if dot else ""
+
+
+def _files(root: Path) -> list[str]:
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if not name.startswith("."):
+                found.append(Path(folder, name).relative_to(root).as_posix())
+    return found
+
+
+def unpack_shards(shards: Iterable[Path], workdir: Path) -> Path:
+    """Each tar shard's members under ``workdir/<shard name>/`` (only regular files, no links, no
+    path leaving the folder: tarfile's ``data`` filter); the folder to scan."""
+    for shard in shards:
+        try:
+            with tarfile.open(shard) as tar:
+                tar.extractall(workdir / shard.name.split(".")[0], filter="data")
+        except (OSError, tarfile.TarError) as exc:
+            raise ImgpackError(f"{shard}: not a readable tar shard ({exc})") from None
+    return workdir
+
+
+def _member(ext: str, data: bytes, fields: dict[str, Any]) -> str:
+    """Fill ``fields`` from one member; the problem with it, or ""."""
+    if ext == "cls":
+        text = data.decode("utf-8", "replace").strip()
+        if not text.lstrip("-").isdigit() or len(text) > 18:
+            return f".cls holds {text[:30]!r}, not an integer class"
+        fields["label"] = int(text)
+    elif ext == "txt":
+        try:
+            fields["caption"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return ".txt is not valid UTF-8 text"
+    elif ext == "json":
+        try:
+            value = json.loads(data)
+        except (UnicodeDecodeError, ValueError) as exc:
+            return f".json does not parse ({exc})"
+        if isinstance(value, dict) and not any(k in RESERVED_FIELDS for k in value):
+            fields.update(value)
+        else:
+            fields["json"] = value
+    return ""
+
+
+def scan_webdataset(root: Path, where: str) -> SourceScan:
+    """The ``SourceScan`` of the samples in the tree ``root`` (see the module docstring)."""
+    groups: dict[str, dict[str, str]] = {}
+    for rel in _files(root):
+        key, ext = split_key(rel)
+        groups.setdefault(key, {})[ext] = rel
+    rows: list[Row] = []
+    skipped: list[dict[str, str]] = []
+    for key, members in groups.items():
+        images = [members[e] for e in IMAGE_MEMBERS if e in members]
+        problem = "" if len(images) == 1 else ("no image member" if not images else f"{len(images)} images")
+        fields: dict[str, Any] = {}
+        for ext, rel in members.items():
+            if problem:
+                break
+            if ext in ("cls", "txt", "json"):
+                problem = _member(ext, (root / rel).read_bytes(), fields)
+        if problem:
+            skipped.append({"path": key, "reason": f"{where}: sample {key}: {problem}"})
+            continue
+        label = fields.pop("label", -1)
+        rows.append(Row(images[0], label, fields, f"{where}: sample {key}"))
+    if not rows:
+        raise ImgpackError(f"{where}: no WebDataset sample (files sharing a stem, one an image) found")
+    top = max((r.label for r in rows), default=-1)
+    classes = [str(i) for i in range(top + 1)] if top >= 0 else ["0"]
+    for row in rows:
+        if row.label < -1:
+            row.label = -1
+    return scan_rows(rows, root, classes, None, skipped, {"webdataset": where}, where)
+
+
+def webdataset_source(sources: list[str], workdir: Path) -> SourceScan:
+    """A folder tree, or tar shards (unpacked into ``workdir``), as one ``SourceScan``."""
+    paths = [Path(s).expanduser() for s in sources]
+    if len(paths) == 1 and paths[0].is_dir():
+        return scan_webdataset(paths[0], str(paths[0]))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ImgpackError(f"{missing[0]}: no such folder or tar shard; give one folder or tar shards")
+    return scan_webdataset(unpack_shards(paths, workdir), ", ".join(map(str, paths)))
