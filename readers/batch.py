@@ -207,7 +207,7 @@ class BatchAssembler:
                 or len(r.data) != size
             ):
                 return False
-        flat = memoryview(out).cast("B")
+        flat = out.data.cast("B")
         for i, r in enumerate(records):
             flat[i * size : (i + 1) * size] = r.data
         return True

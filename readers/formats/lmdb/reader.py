@@ -215,7 +215,7 @@ class LmdbReader(FormatReader):
         got: list[Record] = records  # type: ignore[assignment]  # every position was filled above
         labels = [r.label for r in got]
         if min(labels) < 0 or max(labels) >= len(self.manifest.classes):
-            self.check_labels(labels, self.root)
+            self.check_labels(labels, str(self.root))
         return got
 
     def labels(self) -> np.ndarray:
