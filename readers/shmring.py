@@ -59,7 +59,7 @@ class WorkerRing:
                     best = slot
         if best is None and len(self.slots) < len(self._flags):
             best = len(self.slots)
-            self.slots.append(torch.empty(nbytes, dtype=torch.uint8).share_memory_())
+            self.slots.append(shared_buffer(nbytes))
             self.announced.append(False)
         if best is not None:
             self._flags[best] = BUSY
@@ -88,6 +88,14 @@ class WorkerRing:
             np.ascontiguousarray(labels, dtype=np.int64).tobytes(),
             fields,
         )
+
+
+def shared_buffer(nbytes: int) -> torch.Tensor:
+    """A one-dimensional uint8 tensor in fresh shared memory. Made in shared memory directly:
+    ``torch.empty(n).share_memory_()`` first fills ordinary pages, then copies them over, which
+    doubles the page faults of a worker's first batch."""
+    storage = torch.UntypedStorage._new_shared(nbytes)
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
 
 
 _WORKER_RING: WorkerRing | None = None

@@ -26,7 +26,7 @@ with FFCV installed (FFCV is a benchmark peer only, never a dependency of imgpac
 
     python scripts/make_bench_data.py --n 2000 --out /tmp/imgpack-bench/n2000
     python scripts/bench_fastpath.py --src /tmp/imgpack-bench/n2000 --out /tmp/imgpack-bench/fastpath \\
-        --ffcv-python /tmp/ffcv-venv/bin/python --rounds 3
+        --ffcv-python /work/ffcv-venv/bin/python --rounds 3
 
 The child mode (``--child NAME``) runs with only NumPy at import time, so the FFCV interpreter can
 run this same file.
@@ -371,7 +371,27 @@ def decode_limit(lmdb: str, batch: int, rounds: int = 2) -> dict[str, float]:
     return best
 
 
-def summarise(runs: dict, ffcv_measured: bool, limit: dict[str, float] | None = None) -> str:
+def decode_ceiling(lmdb: str, rounds: int = 2) -> float:
+    """W_jpeg's ceiling: img/s of the fast-IDCT decode alone (simplejpeg, the stored bytes already
+    in memory) on one core, best of ``rounds``; times the cores, what no loader can beat."""
+    import simplejpeg
+
+    from readers.formats import open_reader
+
+    reader = open_reader(lmdb)
+    data = [bytes(reader.read(i).data) for i in range(len(reader))]
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for blob in data:
+            simplejpeg.decode_jpeg(blob, fastdct=True)
+        best = min(best, time.perf_counter() - t0)
+    return len(data) / best
+
+
+def summarise(
+    runs: dict, ffcv_measured: bool, limit: dict[str, float] | None = None, ceiling: float | None = None
+) -> str:
     lines = []
     for workload in WORKLOADS:
         lines.append(f"\n{workload}: img/s warm epoch (median of rounds), first batch s, peak PSS MiB")
@@ -402,6 +422,13 @@ def summarise(runs: dict, ffcv_measured: bool, limit: dict[str, float] | None = 
                 f"  decode limit: {limit['img_per_s_per_core']:.0f} img/s per core (us/image: {steps}); "
                 f"imgpack-batch reaches {table['imgpack-batch'][0] / limit['img_per_s_per_core']:.2f} "
                 f"cores' worth on this {cores}-CPU machine"
+            )
+        if workload == "W_jpeg" and ceiling and "imgpack-batch" in table:
+            cores = os.cpu_count() or 1
+            top = ceiling * cores
+            lines.append(
+                f"  decode ceiling: {ceiling:.0f} img/s per core (fast-IDCT decode alone) x {cores} cores "
+                f"= {top:.0f}; imgpack-batch reaches {table['imgpack-batch'][0] / top:.2f} of it"
             )
         if not ffcv_measured and "imgpack-batch" in table:
             ref = DESIGN_FFCV[workload]
@@ -447,7 +474,12 @@ def main() -> None:
     contenders = [c for c in (args.only or CONTENDERS) if c != "ffcv" or args.ffcv_python]
     runs: dict = {}
     limit = None
+    ceiling = None
     for round_ in range(args.rounds):
+        if "W_jpeg" in args.workloads:  # measured between the contenders' runs, like them
+            per_core = decode_ceiling(paths["W_jpeg"]["lmdb"])
+            ceiling = max(ceiling or 0.0, per_core)
+            print(f"round {round_} W_jpeg decode ceiling: {per_core:.0f} img/s per core", flush=True)
         if "W_train" in args.workloads:  # measured between the contenders' runs, like them
             step = decode_limit(paths["W_train"]["lmdb"], args.batch)
             limit = (
@@ -465,7 +497,7 @@ def main() -> None:
                 print(f"round {round_} {workload} {name}: {json.dumps(shown)}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({f"{w}|{n}": r for (w, n), r in runs.items()}, indent=1))
-    print(summarise(runs, "ffcv" in contenders, limit))
+    print(summarise(runs, "ffcv" in contenders, limit, ceiling))
 
 
 if __name__ == "__main__":

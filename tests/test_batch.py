@@ -229,3 +229,21 @@ def test_decode_threads_give_the_same_batches(packed):
     threaded = batches(path, workers=1, batch_size=9, seed=2, decode_threads=3)
     assert len(plain) == len(threaded) == 5
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(plain, threaded))
+
+
+def test_raw_batches_copy_each_record_once_and_equal_the_stored_pixels(packed, monkeypatch):
+    path = packed("lmdb", resize=40, crop=32, encode="raw")
+    reader = open_reader(path)
+    stored = np.stack([decode_array(reader.read(i)) for i in range(len(reader))])
+
+    def general(*args):
+        raise AssertionError("a raw record at the batch's size went through the per-record path")
+
+    monkeypatch.setattr(BatchAssembler, "_put", general)
+    for workers in (0, 2):
+        got = batches(path, workers=workers, batch_size=10, shuffle=True, seed=3, layout="HWC")
+        order = open_iterable(path, batch_size=10, shuffle=True, seed=3).order.epoch_order(0)
+        np.testing.assert_array_equal(np.concatenate([x.numpy() for x, _ in got]), stored[order])
+    monkeypatch.undo()  # a flip needs the per-record path: still the stored pixels, mirrored where drawn
+    flipped = batches(path, workers=0, batch_size=44, shuffle=False, flip=1.0, layout="HWC")[0][0].numpy()
+    np.testing.assert_array_equal(flipped, stored[:, :, ::-1])

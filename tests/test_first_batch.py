@@ -39,3 +39,21 @@ def test_workers_freeze_the_inherited_heap_before_their_first_batch(packed):
     assert gc.get_freeze_count() == 0
     want = [images.clone() for images, _ in open_iterable(path, **options)]  # the main process
     assert len(want) == len(got) and all(torch.equal(a, b) for (a, _), b in zip(got, want))
+
+
+def test_ring_slots_are_made_in_shared_memory_without_a_copy(packed, monkeypatch):
+    """``share_memory_()`` on a fresh tensor faults in ordinary pages, then copies them into shared
+    memory: twice the page faults of a worker's first batch. The slots must not be made that way."""
+    plain = torch.Tensor.share_memory_
+
+    def copying(self):
+        if self.numel() > 4096:  # the ring's flag array (a few ints) may still be made this way
+            raise AssertionError("a batch slot was made by copying an ordinary tensor into shared memory")
+        return plain(self)
+
+    monkeypatch.setattr(torch.Tensor, "share_memory_", copying)  # forked workers inherit the patch
+    path = packed("lmdb", resize=40, crop=32, encode="raw")
+    loader = DataLoader(open_iterable(path, batch_size=8, layout="HWC"), batch_size=None, num_workers=2)
+    got = torch.cat([images.clone() for images, _ in loader])
+    want = torch.cat([images.clone() for images, _ in open_iterable(path, batch_size=8, layout="HWC")])
+    assert got.shape == (44, 32, 32, 3) and torch.equal(got, want)

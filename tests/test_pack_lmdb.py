@@ -211,3 +211,27 @@ def test_downscaled_jpegs_match_a_plain_pillow_resize(packed):
         expected = np.asarray(reference.resize(size, Image.Resampling.BILINEAR))
         assert image.shape == expected.shape, item.rel
         assert psnr(image, expected) > 25, item.rel
+
+
+def test_read_many_looks_up_a_shuffled_batch_across_shards_in_one_pass(tmp_path, monkeypatch):
+    out = tmp_path / "sharded"
+    pack_folder(
+        SAMPLE_DATA, out, "lmdb", PreprocessSpec(resize=32, crop=32, encode="raw"), options={"shards": 3}
+    )
+    reader = open_dataset(out, decode="numpy").reader
+    expected = [(bytes(r.data), r.label) for r in (reader.read(i) for i in range(len(reader)))]
+    wanted = np.random.default_rng(0).permutation(len(reader))[:20].tolist() + [0, 0, len(reader) - 1]
+
+    def per_record(*args):
+        raise AssertionError("read_many went through read_local: one Python call per record")
+
+    monkeypatch.setattr(type(reader), "read_local", per_record)
+    got = reader.read_many(wanted)
+    assert [(bytes(r.data), r.label) for r in got] == [expected[i] for i in wanted]
+
+
+def test_read_many_refuses_an_index_outside_the_dataset(packed):
+    reader = open_dataset(packed("lmdb", encode="raw", resize=32, crop=32), decode="numpy").reader
+    for bad in ([3, len(reader)], [-1, 2]):
+        with pytest.raises((IndexError, ManifestError), match=str(bad[0] if bad[0] < 0 else bad[1])):
+            reader.read_many(bad)

@@ -183,6 +183,41 @@ class LmdbReader(FormatReader):
             )
         return records
 
+    def read_many(self, indices) -> list[Record]:
+        """Records for ``indices`` (any order, repeats allowed): one ``getmulti`` per environment,
+        so a shuffled batch costs one C loop of B-tree lookups, not a Python call per record."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size == 0:
+            return []
+        if idx.min() < 0 or idx.max() >= len(self):
+            bad = idx[(idx < 0) | (idx >= len(self))][0]
+            raise IndexError(f"sample index {bad} out of range for {len(self)} samples in {self.root}")
+        firsts = np.array([s.first for s in self.manifest.shards], dtype=np.int64)
+        shards = np.searchsorted(firsts, idx, side="right") - 1
+        records: list[Record | None] = [None] * idx.size
+        for shard in np.unique(shards).tolist():
+            where = np.flatnonzero(shards == shard)
+            first = int(firsts[shard])
+            local = (idx[where] - first).astype(">u8").tobytes()
+            keys = [local[k : k + KEY.size] for k in range(0, len(local), KEY.size)]
+            _, txn = self.handle(shard)
+            with txn.cursor() as cursor:
+                values = cursor.getmulti(keys)
+            if len(values) != len(keys):  # getmulti leaves out missing keys: name the first one
+                found = {bytes(k) for k, _ in values}
+                missing = next(first + KEY.unpack(k)[0] for k in keys if k not in found)
+                raise ManifestError(
+                    f"{self._where(missing)} is missing from the LMDB data; re-pack the dataset"
+                )
+            for position, (key, value) in zip(where.tolist(), values):
+                name = functools.partial(self._where, first + KEY.unpack(key)[0])
+                records[position] = unpack_record(value, self.verify, name)
+        got: list[Record] = records  # type: ignore[assignment]  # every position was filled above
+        labels = [r.label for r in got]
+        if min(labels) < 0 or max(labels) >= len(self.manifest.classes):
+            self.check_labels(labels, str(self.root))
+        return got
+
     def labels(self) -> np.ndarray:
         parts = []
         for shard in range(len(self.manifest.shards)):
