@@ -75,8 +75,9 @@ def shuffle_quality(
     max_batches: int = MAX_BATCHES,
 ) -> ShuffleQuality:
     """The figures above for batches of ``batch_size`` read from a dataset with ``labels`` (one
-    per sample, in stored order) with these reading options (rank 0's batches)."""
-    labels = np.asarray(labels, dtype=np.int64)
+    per sample, in stored order) with these reading options (rank 0's batches). Label -1 (a
+    sample of no single class, in datasets with fields) counts as one class of its own."""
+    labels = _non_negative(labels)
     n = len(labels)
     if batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
@@ -94,9 +95,14 @@ def shuffle_quality(
 def stream_quality(stream: np.ndarray, *, batch_size: int, seed: int = 0, max_batches: int = MAX_BATCHES):
     """The figures for batches cut from ``stream``, the labels in the order they are consumed
     (e.g. a ``mix``'s epoch), judged against an i.i.d. draw from the same labels."""
-    stream = np.asarray(stream, dtype=np.int64)
+    stream = _non_negative(stream)
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, len(stream), 0x52])
     return _figures(_stream_batches(stream, min(batch_size, len(stream)), max_batches, rng), stream, rng)
+
+
+def _non_negative(labels: np.ndarray) -> np.ndarray:
+    labels = np.asarray(labels, dtype=np.int64)
+    return labels + 1 if len(labels) and labels.min() < 0 else labels  # -1: "no class" as a class
 
 
 def _stream_batches(stream: np.ndarray, b: int, max_batches: int, rng: np.random.Generator) -> np.ndarray:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -53,7 +54,8 @@ def make_coco(folder: Path, count: int = 300, empty: int = 4, seed: int = 0) -> 
             )
         png = number % 3 == 0
         name = f"{'sub/' if number % 5 == 0 else ''}img{number:04d}.{'png' if png else 'jpg'}"
-        Image.fromarray(pixels).save(images_dir / name, **({} if png else {"quality": 95}))
+        options: dict[str, Any] = {} if png else {"quality": 95}
+        Image.fromarray(pixels).save(images_dir / name, **options)
         images.append({"id": 1000 + number, "file_name": name, "height": h, "width": w})
     categories = [{"id": i, "name": CATEGORIES[i][0], "supercategory": "shape"} for i in ids[::-1]]
     path = folder / "instances.json"

@@ -16,6 +16,8 @@ from readers.dali import dali_loader
 from readers.formats.registry import formats_storing_fields
 from tests.cocodata import colour_of, find_rectangle, iou, make_coco
 
+SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
+
 FIELDS = ["boxes", "categories", "iscrowd", "image_id"]
 MIN_SIDE = 6  # rectangles thinner than this in the output are slivers whose found edges blur
 
@@ -31,7 +33,17 @@ def packed(coco, tmp_path_factory):
     out = {}
     for fmt in formats_storing_fields():
         dest = tmp_path_factory.mktemp("packed") / fmt
-        args = ["coco", str(coco), "--root", str(coco.parent / "images"), "--to", fmt, "-o", str(dest)]
+        args = [
+            "coco",
+            str(coco),
+            "--root",
+            str(coco.parent / "images"),
+            "--to",
+            fmt,
+            "-o",
+            str(dest),
+            *SOURCE_ORDER,
+        ]
         result = CliRunner().invoke(main, [*args, "--workers", "1", "-q"])
         assert result.exit_code == 0, result.output
         out[fmt] = dest
@@ -155,7 +167,17 @@ def coco_tfrecord(coco, tmp_path_factory):
     """The COCO set packed to TFRecord with --resize 80 (boxes moved at pack time), small shards;
     PNG, so a re-encoded JPEG's chroma blur does not move the rectangles' found edges."""
     dest = tmp_path_factory.mktemp("tfr") / "tfr"
-    args = ["coco", str(coco), "--root", str(coco.parent / "images"), "--to", "tfrecord", "-o", str(dest)]
+    args = [
+        "coco",
+        str(coco),
+        "--root",
+        str(coco.parent / "images"),
+        "--to",
+        "tfrecord",
+        "-o",
+        str(dest),
+        *SOURCE_ORDER,
+    ]
     options = ["--resize", "80", "--encode", "png", "--samples-per-shard", "64", "-q"]
     result = CliRunner().invoke(main, [*args, *options])
     assert result.exit_code == 0, result.output

@@ -24,6 +24,8 @@ from readers.manifest import read_manifest
 from readers.record import pack_record, unpack_record
 from tests.conftest import run_cli
 
+SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
+
 N = 24
 H, W = 60, 80
 
@@ -64,7 +66,7 @@ def boxed(images, tmp_path_factory) -> Path:
     ]
     out = tmp_path_factory.mktemp("boxed") / "ds"
     pack_rows(rows, images, ["a", "b"], out, "lmdb", {"boxes": "boxes", "cats": "box_ints", "n": "int"},
-              workers=1)  # fmt: skip
+              workers=1, order="source")  # fmt: skip
     return out
 
 
@@ -79,7 +81,7 @@ def test_imagelist_keeps_extra_columns_typed_from_the_data(images, tmp_path):
     scan = scan_list(csv, images)
     assert scan.fields == {"score": "float", "count": "int", "note": "str"}
     out = tmp_path / "ds"
-    pack_folder(scan, out, "lmdb", workers=1)
+    pack_folder(scan, out, "lmdb", workers=1, order="source")
     assert read_manifest(out).field_counts == {"score": 6, "count": 6, "note": 5}
     ds = open_dataset(out, fields=["score", "count", "note"])
     assert ds[4][1] == {"label": 0, "score": 4.5, "count": 4, "note": "note 4"}
@@ -108,7 +110,7 @@ def test_multi_label_splits_the_label_column(images, tmp_path):
     scan = scan_list(csv, images, label_column="tags", multi_label="|")
     assert scan.classes == ["cat", "dog"]
     out = tmp_path / "ds"
-    pack_folder(scan, out, "tar", workers=1)
+    pack_folder(scan, out, "tar", workers=1, order="source")
     ds = open_dataset(out, fields=["labels"])
     assert ds[1][1]["label"] == -1 and ds[1][1]["labels"].tolist() == [0, 1]
     assert ds[2][1]["labels"].tolist() == [1]
@@ -118,7 +120,18 @@ def test_pack_imagelist_cli_fields_and_webdataset_reads_the_captions(images, tmp
     import webdataset
 
     out = tmp_path / "tar"
-    proc = run_cli("imagelist", caption_list(images), "--root", images, "--to", "tar", "-o", out, "--quiet")
+    proc = run_cli(
+        "imagelist",
+        caption_list(images),
+        "--root",
+        images,
+        "--to",
+        "tar",
+        "-o",
+        out,
+        "--quiet",
+        *SOURCE_ORDER,
+    )
     assert proc.returncode == 0, proc.stderr
     shards = sorted(glob.glob(str(out / "*.tar")))
     got = [
@@ -213,7 +226,7 @@ def test_resume_with_persistent_workers_and_fields_gives_the_same_boxes(boxed):
 def test_mix_reads_the_fields_every_dataset_has(boxed, images, tmp_path):
     other = tmp_path / "other"
     rows = [Row(f"{i:02d}.png", 0, {"n": 100 + i}) for i in range(8)]
-    pack_rows(rows, images, ["a", "b"], other, "tar", {"n": "int"}, workers=1)
+    pack_rows(rows, images, ["a", "b"], other, "tar", {"n": "int"}, workers=1, order="source")
     mixed = mix([boxed, other], batch_size=4, crop=40, fields=["n"], seed=1)
     ns = [n for _, t in mixed for n in t["n"].tolist()]
     assert any(n >= 100 for n in ns) and any(n < 100 for n in ns)
@@ -267,6 +280,6 @@ def test_multi_label_takes_a_json_list_of_labels(images, tmp_path):
     scan = scan_list(lst, images, multi_label=",")
     assert scan.fields == {"caption": "str", "labels": "ints"}
     out = tmp_path / "ds"
-    pack_folder(scan, out, "hdf5", workers=1)
+    pack_folder(scan, out, "hdf5", workers=1, order="source")
     ds = open_dataset(out, fields=["labels", "caption"])
     assert ds[1][1] == {"label": -1, "labels": pytest.approx(np.array([1, 0])), "caption": "c1"}

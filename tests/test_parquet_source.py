@@ -16,6 +16,8 @@ from PIL import Image
 from packer.cli import main
 from readers import open_dataset
 
+SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
+
 
 def png(value: int) -> bytes:
     buffer = io.BytesIO()
@@ -36,7 +38,20 @@ def test_image_bytes_with_names_as_labels_and_fields(tmp_path):
     path = tmp_path / "train-00000.parquet"
     pq.write_table(table, path, row_group_size=4)
     out = tmp_path / "out.lmdb"
-    args = ["parquet", str(path), "--to", "lmdb", "-o", str(out), "--encode", "png", "--workers", "1", "-q"]
+    args = [
+        "parquet",
+        str(path),
+        "--to",
+        "lmdb",
+        "-o",
+        str(out),
+        "--encode",
+        "png",
+        "--workers",
+        "1",
+        "-q",
+        *SOURCE_ORDER,
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
@@ -67,6 +82,8 @@ def test_arrow_table_of_paths(tmp_path):
         "-o",
         str(out),
         "-q",
+        "--order",
+        "source",
     ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output

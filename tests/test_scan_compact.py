@@ -12,6 +12,7 @@ import pytest
 from conftest import SAMPLE_DATA
 
 from packer.engine import _fingerprint
+from packer.pack_order import order_record
 from packer.preprocess import PreprocessSpec
 from packer.source import IMAGE_EXTENSIONS, SourceItem, SourceScan, scan_folder
 from packer.source_items import SourceItems
@@ -81,14 +82,14 @@ def test_compact_scan_equals_the_sorted_list(which: str, weird_tree: Path) -> No
 
 
 def test_fingerprint_is_unchanged(weird_tree: Path) -> None:
-    """A pack interrupted before this change resumes: the fingerprint hashes the same bytes."""
+    """The fingerprint hashes what was asked (the pack order included) and every relative path."""
     scan = scan_folder(weird_tree)
-    spec, options = PreprocessSpec(), {"shards": 2}
+    spec, options, order = PreprocessSpec(), {"shards": 2}, order_record("shuffled", 0)
     head = hashlib.sha256()
-    head.update(json.dumps(["tar", spec.to_dict(), options, scan.classes], sort_keys=True).encode())
+    head.update(json.dumps(["tar", spec.to_dict(), options, scan.classes, order], sort_keys=True).encode())
     for item in listed(weird_tree):
         head.update(item.rel.encode("utf-8", "surrogateescape") + b"\0")
-    assert _fingerprint(scan, "tar", spec, options) == head.hexdigest()
+    assert _fingerprint(scan, "tar", spec, options, order) == head.hexdigest()
 
 
 def test_a_list_keeps_every_field(tmp_path: Path) -> None:
@@ -140,6 +141,8 @@ def test_a_list_of_a_subclass_is_kept_with_its_fields(tmp_path: Path) -> None:
     scan = SourceScan(tmp_path, ["c"], items)
     assert scan.items is items and [i.size for i in scan.items] == [10, 11, 12]
     expected = hashlib.sha256()
-    expected.update(json.dumps(["tar", PreprocessSpec().to_dict(), {}, ["c"]], sort_keys=True).encode())
+    order = order_record("source", 0)
+    asked = ["tar", PreprocessSpec().to_dict(), {}, ["c"], order]
+    expected.update(json.dumps(asked, sort_keys=True).encode())
     expected.update(b"c/0.jpg\0c/1.jpg\0c/2.jpg\0")
-    assert _fingerprint(scan, "tar", PreprocessSpec(), {}) == expected.hexdigest()
+    assert _fingerprint(scan, "tar", PreprocessSpec(), {}, order) == expected.hexdigest()

@@ -12,6 +12,8 @@ from readers.errors import ImgpackError
 from readers.formats import open_reader
 from tests.conftest import run_cli
 
+SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
+
 
 def cell_of(sheet, slot, columns, cell):
     x = GAP + (slot % columns) * (cell + GAP)
@@ -79,7 +81,18 @@ def test_boxes_drawn_and_non_ascii_class_names_have_glyphs(tmp_path):
 
     coco = make_coco(tmp_path / "coco", count=12, empty=0)
     out = tmp_path / "coco.lmdb"
-    args = ["coco", str(coco), "--root", str(coco.parent / "images"), "--to", "lmdb", "-o", str(out), "-q"]
+    args = [
+        "coco",
+        str(coco),
+        "--root",
+        str(coco.parent / "images"),
+        "--to",
+        "lmdb",
+        "-o",
+        str(out),
+        "-q",
+        *SOURCE_ORDER,
+    ]
     assert CliRunner().invoke(main, args).exit_code == 0
     sheet, chosen = contact_sheet(out, n=4, cell=128)
     pixels = np.asarray(sheet)
@@ -111,9 +124,9 @@ def test_captions_drawn_under_the_class_line(tmp_path):
     files = sorted(p for p in SAMPLE_DATA.rglob("*.jpg"))[:4]
     names = [str(p.relative_to(SAMPLE_DATA)) for p in files]
     rows = [Row(name, 0, {"caption": f"légende n°{i}"}) for i, name in enumerate(names)]
-    pack_rows(rows, SAMPLE_DATA, ["a"], tmp_path / "caps", "lmdb", workers=1)
+    pack_rows(rows, SAMPLE_DATA, ["a"], tmp_path / "caps", "lmdb", workers=1, order="source")
     without = [Row(r.path, 0, {}) for r in rows]
-    pack_rows(without, SAMPLE_DATA, ["a"], tmp_path / "plain", "lmdb", {}, workers=1)
+    pack_rows(without, SAMPLE_DATA, ["a"], tmp_path / "plain", "lmdb", {}, workers=1, order="source")
     cell = 64
     with_text, _ = contact_sheet(tmp_path / "caps", n=4, cell=cell)
     plain, _ = contact_sheet(tmp_path / "plain", n=4, cell=cell)

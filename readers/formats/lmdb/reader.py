@@ -210,11 +210,12 @@ class LmdbReader(FormatReader):
                     f"{self._where(missing)} is missing from the LMDB data; re-pack the dataset"
                 )
             for position, (key, value) in zip(where.tolist(), values):
-                name = functools.partial(self._where, first + KEY.unpack(key)[0])
-                records[position] = unpack_record(value, self.verify, name)
+                index = first + KEY.unpack(key)[0]
+                record = unpack_record(value, self.verify, functools.partial(self._where, index))
+                records[position] = self.typed_fields(record, index) if self.manifest.fields else record
         got: list[Record] = records  # type: ignore[assignment]  # every position was filled above
         labels = [r.label for r in got]
-        if min(labels) < 0 or max(labels) >= len(self.manifest.classes):
+        if min(labels) < self.lowest_label or max(labels) >= len(self.manifest.classes):
             self.check_labels(labels, str(self.root))
         return got
 
