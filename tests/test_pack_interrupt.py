@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow  # real pack subprocesses, signalled and resumed
 
 
 def test_ctrl_c_of_a_bmp_pack_then_resume(tmp_path):
-    src = copy_source(tmp_path / "src", copies=4)  # still packing when the signal comes, even idle
+    src = copy_source(tmp_path / "src", copies=12)  # still packing when the signal comes, even idle
     out = tmp_path / "ds"
     proc = start_pack(src, "--to", "bmp", "-o", out, "--workers", "2", "-q", "--resize", "256")
     wait_started(out, proc)
@@ -79,7 +79,7 @@ def test_ctrl_c_and_sigterm_with_workers_stop_cleanly_and_never_hang(tmp_path):
 
 
 def test_workers_die_with_the_main_process(tmp_path):
-    src = copy_source(tmp_path / "src", copies=2)
+    src = copy_source(tmp_path / "src", copies=6)
     out = tmp_path / "ds"
     for attempt in range(2):
         proc = start_pack(src, "--to", "tar", "-o", out, "--workers", "2", "-q", "--force", *SLOW_PACK)

@@ -477,7 +477,9 @@ def _damaged(tmp_path: Path, fmt: str, damage: str) -> Path:
     part = root / manifest["shards"][1]["file"]
     part = part / "data.mdb" if part.is_dir() else part
     if fmt == "bmp":  # its parts are index files: damage one image file instead
-        part = sorted(root.rglob("*.bmp"))[25]
+        from readers.formats import open_reader
+
+        part = Path(os.fsdecode(open_reader(root).index.path(25)))  # sample 25, in part 1
     data = bytearray(part.read_bytes())
     if damage == "truncated":
         os.truncate(part, len(data) // 2)
