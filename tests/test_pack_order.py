@@ -28,6 +28,17 @@ from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pa
 SPEC = PreprocessSpec(resize=32)
 
 
+def _numbered_and_not() -> list[str]:
+    """One format whose samples carry their dataset index (tar keys) and one whose do not."""
+    from packer.formats import writer_class
+
+    stores = {name: writer_class(name).stores_indices for name in format_names()}
+    return [next(n for n, s in stores.items() if s), next(n for n, s in stores.items() if not s)]
+
+
+NUMBERED_AND_NOT = _numbered_and_not()
+
+
 def digest_tree(root: Path) -> dict[str, str]:
     """sha256 of every file below ``root`` (the manifest without its time and version stamps)."""
     out = {}
@@ -107,7 +118,7 @@ def test_order_source_keeps_the_source_order_and_the_seed_changes_the_permutatio
     assert sorted(source_paths(tmp_path / "s0")) == sorted(rels)
 
 
-@pytest.mark.parametrize("fmt", ["tar", "lmdb"])
+@pytest.mark.parametrize("fmt", NUMBERED_AND_NOT)
 def test_workers_and_ray_write_the_same_bytes_and_tar_keys_are_dataset_indices(tmp_path, fmt):
     """A broken file sorted first: a Ray task that numbered its part without knowing that skip
     is written again, and the keys count samples, not source files."""
@@ -176,7 +187,7 @@ def test_a_reordered_table_reads_pickles_and_slices_like_the_reordered_list():
         table.reordered(np.zeros(50, dtype=np.int64))
 
 
-@pytest.mark.parametrize("fmt", ["tar", "lmdb"])
+@pytest.mark.parametrize("fmt", NUMBERED_AND_NOT)
 def test_a_pack_to_s3_has_the_same_order_and_source_paths_as_a_local_one(s3, tmp_path, fmt):
     from tests.s3server import BUCKET
 

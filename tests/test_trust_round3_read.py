@@ -23,7 +23,7 @@ from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
 from readers.checksums import file_sha256
 from readers.errors import ImgpackError, ManifestError
-from readers.formats import format_names
+from readers.formats import format_named, format_names
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.test_trust_read import edit_manifest
 
@@ -81,7 +81,7 @@ def test_damaged_tfrecord_index_names_the_file(packed, tmp_path, damage, needle)
     assert_one_line(run_cli("show", root, "-o", tmp_path / "grid.png"), str(idx), needle)
 
 
-@pytest.mark.parametrize("fmt", ["tfrecord", "tar"])
+@pytest.mark.parametrize("fmt", [f for f in format_names() if format_named(f).indexer])  # index files
 def test_shard_replaced_by_a_directory_names_the_file(packed, tmp_path, fmt):
     root = copy_of(packed, fmt, tmp_path)
     shard = root / json.loads((root / "manifest.json").read_text())["shards"][0]["file"]
@@ -228,7 +228,7 @@ def _unreadable_folder(tmp_path: Path) -> Path:
     return src
 
 
-@pytest.mark.parametrize("fmt", ["tar", "lmdb"])
+@pytest.mark.parametrize("fmt", format_names())
 def test_pack_that_skipped_everything_leaves_no_half_made_output(packed, tmp_path, fmt):
     src, out = _unreadable_folder(tmp_path), tmp_path / "out"
     needle = "every image was skipped (2), so no dataset was written"
