@@ -52,3 +52,12 @@ def storage_options_option(fn: Callable) -> Callable:
         help="fsspec options for s3://, gs://, ... URLs (endpoint, profile, ...) as a JSON object "
         "or @file.json; credentials come from the usual environment/credential chain.",
     )(fn)
+
+
+def fail_on_a_bad_row(scan: Any, on_error: str) -> None:
+    """With ``--on-error fail``, a list or annotation row the scan skipped stops the pack."""
+    from readers.errors import ImgpackError
+
+    if scan.skipped and on_error == "fail":
+        first = scan.skipped[0]
+        raise ImgpackError(f"{first['path']}: {first['reason']} (--on-error fail stops at the first bad row)")

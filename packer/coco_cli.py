@@ -30,15 +30,11 @@ def coco_command(group: click.Group) -> click.Command:
     shared = [p for p in imagefolder.params if p.name != "src"]
 
     def run(annotations, root, skip_empty, **options):
+        from packer.cli_options import fail_on_a_bad_row
         from packer.coco import coco_source
-        from readers.errors import ImgpackError
 
         scan = coco_source(annotations, root, skip_empty)
-        if scan.skipped and options["on_error"] == "fail":
-            first = scan.skipped[0]
-            raise ImgpackError(
-                f"{first['path']}: {first['reason']} (--on-error fail stops at the first bad row)"
-            )
+        fail_on_a_bad_row(scan, options["on_error"])
         return imagefolder.callback(src=scan, **options)
 
     params = [

@@ -29,6 +29,7 @@ def imagelist_command(group: click.Group) -> click.Command:
 
     def run(list_file, root, classes, path_column, label_column, no_header, suffix, fields, no_fields,
             multi_label, **options):  # fmt: skip
+        from packer.cli_options import fail_on_a_bad_row
         from packer.imagelist import scan_list
         from readers.errors import ImgpackError
 
@@ -37,11 +38,7 @@ def imagelist_command(group: click.Group) -> click.Command:
             raise ImgpackError("--fields keeps the named columns and --no-fields drops them all: pass one")
         scan = scan_list(list_file, root, classes, path_column, label_column, not no_header, suffix,
                          wanted, no_fields, multi_label)  # fmt: skip
-        if scan.skipped and options["on_error"] == "fail":
-            first = scan.skipped[0]
-            raise ImgpackError(
-                f"{first['path']}: {first['reason']} (--on-error fail stops at the first bad row)"
-            )
+        fail_on_a_bad_row(scan, options["on_error"])
         return imagefolder.callback(src=scan, **options)
 
     params = [

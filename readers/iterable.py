@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from readers.formats import open_reader
-from readers.order import OrderSpec, resolve_rank
 from readers.quality import warn_if_poorly_mixed
 from readers.record import Record
 from readers.record_stream import RecordStream
@@ -52,17 +51,7 @@ class PackedIterable(RecordStream):
         self.path = path
         self.reader = open_reader(path, **spec.open_options)
         spec.check_stored(str(path), self.reader.manifest.stored_sizes)
-        rank, world_size = resolve_rank(spec.rank, spec.world_size)
-        order = OrderSpec(
-            len(self.reader),
-            spec.shuffle,
-            spec.seed,
-            spec.block_size,
-            spec.buffer_size,
-            rank,
-            world_size,
-            spec.drop_last,
-        )
+        order = spec.order_of(len(self.reader))
         self.setup(spec, order)
         warn_if_poorly_mixed(str(path), self.reader, self.order, self.batch_size)
 

@@ -41,7 +41,7 @@ import torch
 
 from readers.errors import OptionError
 from readers.formats import open_reader
-from readers.order import OrderSpec, global_order, resolve_rank
+from readers.order import global_order, resolve_rank
 from readers.quality import warn_if_mix_poorly_mixed
 from readers.record import Record
 from readers.record_stream import RecordStream
@@ -125,16 +125,7 @@ class MixedIterable(RecordStream):
         self.block_size = spec.block_size
         self.buffer_size = spec.buffer_size
         # The mixed sequence is already shuffled (epoch_sequence): the order only deals it out.
-        order = OrderSpec(
-            self.epoch_size,
-            False,
-            self.seed,
-            spec.block_size,
-            spec.buffer_size,
-            self.rank,
-            self.world_size,
-            spec.drop_last,
-        )
+        order = spec.order_of(self.epoch_size, shuffle=False)
         self.setup(spec, order)
         self._sequence: tuple[int, np.ndarray, np.ndarray] | None = None
         warn_if_mix_poorly_mixed(self)

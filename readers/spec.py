@@ -22,6 +22,7 @@ from typing import Any
 from readers.decode import check_decode_kind
 from readers.errors import OptionError
 from readers.geometry import RandomResizedCrop, as_pair, crop_fits, flip_probability
+from readers.order import OrderSpec, resolve_rank
 from readers.remote_parts import merge_remote_options
 
 LAYOUTS = ("CHW", "HWC")
@@ -180,6 +181,14 @@ class ReadSpec:
     def open_options(self) -> dict[str, Any]:
         """Keyword arguments of ``readers.formats.open_reader`` (``verify`` and ``reader_options``)."""
         return {"verify": self.verify, **(self.reader_options or {})}
+
+    def order_of(self, num_samples: int, *, shuffle: bool | None = None, unit: int = 1) -> OrderSpec:
+        """The order this spec reads ``num_samples`` in, for this process's rank (``shuffle``
+        overrides the spec's: a mix deals out an already shuffled sequence)."""
+        rank, world_size = resolve_rank(self.rank, self.world_size)
+        shuffle = self.shuffle if shuffle is None else shuffle
+        return OrderSpec(num_samples, shuffle, self.seed, self.block_size, self.buffer_size, rank, world_size,
+                         self.drop_last, unit)  # fmt: skip
 
     @property
     def geometric(self) -> bool:

@@ -62,7 +62,6 @@ from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
 from readers.errors import DecodeError, ImgpackError, OptionError
 from readers.formats import open_reader
-from readers.order import OrderSpec, resolve_rank
 from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
 from readers.spec import ReadSpec
 
@@ -400,20 +399,9 @@ def dali_loader(
             f"and labels): pass device='dataloader', or read the fields with open_iterable "
             f"(fields={list(spec.fields)!r})"
         )
-    rank, world_size = resolve_rank(spec.rank, spec.world_size)
     assert spec.batch_size is not None
     last_batch = "drop" if spec.drop_last else ("pad" if spec.pad_last else "partial")
-    order = OrderSpec(
-        len(reader),
-        spec.shuffle,
-        spec.seed,
-        spec.block_size,
-        spec.buffer_size,
-        rank,
-        world_size,
-        spec.drop_last,
-        spec.batch_size,
-    )
+    order = spec.order_of(len(reader), unit=spec.batch_size)
     feed = BatchFeed(
         path,
         order,
