@@ -56,7 +56,7 @@ STOPS = [(signal.SIGINT, True)] * 3 + [(signal.SIGTERM, False), (signal.SIGTERM,
 def test_ctrl_c_and_sigterm_with_workers_stop_cleanly_and_never_hang(tmp_path):
     # Long enough that every signal lands mid-pack: one landing after a finished pack finds the
     # interpreter exiting with default handlers (rc -2, nothing to test).
-    src = copy_source(tmp_path / "src", copies=3)
+    src = copy_source(tmp_path / "src", copies=8)
     out = tmp_path / "ds"
     outcomes = []
     for sig, whole_group in STOPS:

@@ -534,7 +534,8 @@ def test_killed_dali_py_worker_is_an_error_not_a_hang(packed):
     from readers.dali import dali_loader
 
     root = packed("lmdb", options=SPLIT, **SMALL)
-    loader = dali_loader(root, batch_size=4, device="cpu", crop=32, py_workers=2, shuffle=False)
+    # Batches of one: far more batches than DALI prefetches, so the rest need the killed worker.
+    loader = dali_loader(root, batch_size=1, device="cpu", crop=32, py_workers=2, shuffle=False)
     batches = iter(loader)
     next(batches)
     workers = psutil.Process().children()
