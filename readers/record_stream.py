@@ -54,10 +54,7 @@ class RecordStream(EpochStream):
             spec.flip,
             spec.seed,
         )
-        self.fields = None
-        if spec.fields is not None:
-            schema = common_schema(self.field_schemas(), spec.fields, self.where_fields())
-            self.fields = FieldPlan(schema, spec.fields, spec.pad_fields, spec.min_visibility)
+        self.fields = field_plan(spec, self.field_schemas(), self.where_fields())
         self.order = order
         self.set_loader_batch_size(spec.loader_batch_size)
         self.init_stream()
@@ -141,11 +138,28 @@ class RecordStream(EpochStream):
         """The batch's collated fields (without the label), or None without ``fields=``."""
         if self.fields is None:
             return None
-        plan = self.fields
-        geometries: list[Any] = [None] * len(records)
-        if plan.wants_geometry:
-            geometries = self._geometries(records, indices, epoch)
-        targets = [plan.one(r.label, r.fields, g) for r, g in zip(records, geometries)]
-        collated = plan.collate(targets, None)
-        del collated["label"]
-        return collated
+        params = self.assembler.params(records, indices, epoch) if self.fields.wants_geometry else None
+        return batch_fields(self.fields, self.assembler, records, params)
+
+
+def field_plan(spec: ReadSpec, schemas: list[dict[str, str]], where: str) -> FieldPlan | None:
+    """The ``FieldPlan`` of ``spec.fields`` over datasets with these schemas (None without ``fields=``)."""
+    if spec.fields is None:
+        return None
+    schema = common_schema(schemas, spec.fields, where)
+    return FieldPlan(schema, spec.fields, spec.pad_fields, spec.min_visibility)
+
+
+def batch_fields(
+    plan: FieldPlan, assembler: BatchAssembler, records: list[Record], params: list[Any] | None
+) -> dict[str, Any]:
+    """A batch's collated fields (without the label), boxes moved by the geometry ``assembler`` gives
+    each record with its (window, flip) ``params`` (None: the plan wants no geometry). The batch
+    path's, and the DALI loader's for the records its pipeline carried (readers/dali/fields.py)."""
+    geometries: list[Any] = [None] * len(records)
+    if params is not None:
+        geometries = assembler.sample_geometries(records, params)
+    targets = [plan.one(r.label, r.fields, g) for r, g in zip(records, geometries)]
+    collated = plan.collate(targets, None)
+    del collated["label"]
+    return collated

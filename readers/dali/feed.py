@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, cast, overload
 
 import numpy as np
 
+from readers.dali.fields import OUTPUTS, carried
 from readers.errors import ImgpackError
 from readers.formats import open_reader
 from readers.geometry import Augment, RandomResizedCrop, as_pair, centre_window, crop_fits, resized_size
@@ -73,6 +74,7 @@ class BatchFeed:
         base_epoch: int = 0,
         flip: float = 0.0,
         reader_options: dict[str, Any] | None = None,
+        fields: Sequence[str] = (),
     ):
         if last_batch not in LAST_BATCH:
             raise ValueError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
@@ -86,6 +88,8 @@ class BatchFeed:
         self.crop = crop
         self.augment = Augment(self.random_crop, float(flip), order.seed)
         self.base_epoch = int(base_epoch)  # DALI counts epochs from 0 after each (re)build
+        # Stored fields carried beside the pixels, with each sample's geometry (readers/dali/fields.py)
+        self.fields = tuple(fields)
         self._reader: Any = None
         self._positions: tuple[int, np.ndarray] | None = None
         self.resume: tuple[int, int] | None = None  # (epoch, global position) to start that epoch at
@@ -184,6 +188,8 @@ class BatchFeed:
             names += ["anchor", "shape"]
         if self.augment.flip > 0:
             names.append("mirror")
+        if self.fields:
+            names += OUTPUTS
         return names
 
     def __call__(self, info: Any) -> tuple[Any, ...]:
@@ -208,6 +214,8 @@ class BatchFeed:
             "shape": windows[:, 2:].astype(np.float32),
             "mirror": flips.astype(np.int32),
         }
+        if self.fields:
+            outputs.update(zip(OUTPUTS, carried(records, self.fields, windows, flips)))
         return tuple(outputs[name] for name in self.output_names)
 
     # -- pickling (parallel external_source workers, DataLoader workers) -----------------------

@@ -58,10 +58,14 @@ from typing import Any
 
 import torch
 
+from readers.batch import BatchAssembler
 from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
+from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
+from readers.dali.fields import DaliFields
 from readers.errors import DecodeError, ImgpackError, OptionError
 from readers.formats import open_reader
+from readers.record_stream import field_plan
 from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
 from readers.spec import ReadSpec
 
@@ -149,8 +153,10 @@ class DaliLoader:
         device_id: int | None,
         prefetch: int,
         seed: int,
+        fields: DaliFields | None = None,
     ):
         self.feed = feed
+        self.fields = fields  # fields= : the targets of the carried fields (readers/dali/fields.py)
         self.backend = backend  # dali-gpu, dali-cpu or dataloader
         self.mean, self.std = mean, std
         self.layout = layout
@@ -211,7 +217,7 @@ class DaliLoader:
     def classes(self) -> list[str]:
         return list(self.feed.reader.manifest.classes)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, Any]]:
         if not self._chosen:
             self.epoch += 1  # a new pass is the next epoch
         self._chosen = False
@@ -226,7 +232,7 @@ class DaliLoader:
             self._iterator = None
 
     # -- DALI paths ---------------------------------------------------------------------------
-    def _iter_dali(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _iter_dali(self) -> Iterator[tuple[torch.Tensor, Any]]:
         if self._iterator is None or self._next_epoch != self.epoch:
             self._build(self.epoch)
         done = False
@@ -234,7 +240,7 @@ class DaliLoader:
         try:
             try:
                 for out in self._watched(self._iterator):
-                    yield out[0]["images"], out[0]["labels"]
+                    yield self._batch(out[0])
                     batch += 1
             except RuntimeError as exc:  # a py_workers process died, or DALI's decoder failed
                 raise (self._worker_death() or self._named_failure(exc, batch)) from None
@@ -243,6 +249,13 @@ class DaliLoader:
         finally:
             if not done:  # abandoned mid-epoch: the pipeline cannot rewind, start afresh next time
                 self._iterator = None
+
+    def _batch(self, out: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """(images, labels), or with ``fields=`` (images, {"label": labels, name: ...})."""
+        if self.fields is None:
+            return out["images"], out["labels"]
+        carried = (out[name] for name in FIELD_OUTPUTS)
+        return out["images"], self.fields.target(out["labels"], *carried)
 
     def _watched(self, iterator: Any) -> Iterator[Any]:
         """``iterator``'s items; with ``py_workers`` each is fetched on a helper thread while the
@@ -335,9 +348,8 @@ class DaliLoader:
             std=self.std,
             layout=self.layout,
         )
-        self._iterator = DALIGenericIterator(
-            pipe, ["images", "labels"], auto_reset=True, prepare_first_batch=False
-        )
+        names = ["images", "labels", *(FIELD_OUTPUTS if self.fields is not None else ())]
+        self._iterator = DALIGenericIterator(pipe, names, auto_reset=True, prepare_first_batch=False)
         self._next_epoch = epoch
 
 
@@ -393,13 +405,12 @@ def dali_loader(
         return FallbackLoader.open(
             path, spec, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available()
         )
-    if spec.fields is not None:
-        raise OptionError(
-            f"fields= is read on dali_loader's DataLoader path only (the DALI pipeline returns images "
-            f"and labels): pass device='dataloader', or read the fields with open_iterable "
-            f"(fields={list(spec.fields)!r})"
-        )
     assert spec.batch_size is not None
+    fields = None
+    plan = field_plan(spec, [reader.manifest.fields], str(path))
+    if plan is not None:
+        geometry = BatchAssembler(crop=spec.crop, resize=spec.resize, flip=spec.flip, seed=spec.seed)
+        fields = DaliFields(plan, geometry, dict(reader.manifest.fields), str(path))
     last_batch = "drop" if spec.drop_last else ("pad" if spec.pad_last else "partial")
     order = spec.order_of(len(reader), unit=spec.batch_size)
     feed = BatchFeed(
@@ -411,6 +422,7 @@ def dali_loader(
         as_size(spec.crop, "crop"),
         flip=float(spec.flip),
         reader_options=spec.open_options,
+        fields=fields.names if fields is not None else (),
     )
     feed._reader = reader  # this process's reader (workers open their own)
     if chosen == "dali-gpu" and device_id is None:
@@ -426,6 +438,7 @@ def dali_loader(
         device_id=device_id,
         prefetch=prefetch,
         seed=spec.seed,
+        fields=fields,
     )
 
 

@@ -14,6 +14,7 @@ from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
+from readers.dali.fields import OUTPUTS
 
 
 def start_method() -> str:
@@ -58,6 +59,10 @@ def build_pipeline(
         "anchor": (types.FLOAT, 1, ""),
         "shape": (types.FLOAT, 1, ""),
         "mirror": (types.INT32, 0, ""),
+        # carried through untouched with fields= (readers/dali/fields.py)
+        "fields": (types.UINT8, 1, ""),
+        "fields_length": (types.INT64, 0, ""),
+        "geometry": (types.INT64, 1, ""),
     }
     window: dict[str, Any] = {"axis_names": "HW", "normalized_anchor": False, "normalized_shape": False}
     with pipe:
@@ -103,7 +108,8 @@ def build_pipeline(
         if "mirror" in out:
             cmn["mirror"] = out["mirror"]
         images = fn.crop_mirror_normalize(images, output_layout=layout, **cmn)
-        pipe.set_outputs(images, labels.gpu() if gpu else labels)
+        carried = [out[name] for name in OUTPUTS if name in out]  # stay on the CPU: read in Python
+        pipe.set_outputs(images, labels.gpu() if gpu else labels, *carried)
     if parallel:
         pipe.start_py_workers()
     pipe.build()
