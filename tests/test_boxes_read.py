@@ -146,6 +146,27 @@ def test_dali_fallback_boxes_follow_the_geometry(packed, fmt):
     assert compared >= 200
 
 
+@pytest.mark.parametrize("py_workers", [0, 2])
+@pytest.mark.parametrize("read", list(READS))
+@pytest.mark.parametrize("fmt", formats_storing_fields())
+def test_dali_pipeline_boxes_frame_the_rectangles_in_its_pixels(packed, fmt, read, py_workers):
+    """The real DALI pipeline (CPU): its own decode, slice, resize and flip made the pixels; the
+    boxes, moved in Python by the windows and flips it was fed, must frame what they show."""
+    loader = dali_loader(
+        packed[fmt], batch_size=16, device="cpu", py_workers=py_workers, layout="HWC", seed=7,
+        pad_last=False, fields=FIELDS, **READS[read],
+    )  # fmt: skip
+    assert loader.backend == "dali-cpu"
+    compared = seen = 0
+    for images, target in loader:
+        assert images.dtype == torch.uint8 and len(target["boxes"]) == len(images)
+        for i in range(len(images)):
+            sample = {name: target[name][i] for name in ("boxes", "categories", "iscrowd")}
+            compared += check_frames(images[i], sample)
+        seen += len(images)
+    assert seen == 200 and compared >= 200
+
+
 def test_min_visibility_drops_mostly_cut_boxes(packed):
     fmt = formats_storing_fields()[0]
     read = {"crop": RandomResizedCrop(40, scale=(0.08, 0.3)), "seed": 2}

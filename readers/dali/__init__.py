@@ -4,6 +4,8 @@
   ``dataloader``) and running it;
 - ``feed``: ``BatchFeed``, the batches of an epoch and their geometry, shared by every path;
 - ``pipeline``: the DALI graph (imported only when DALI runs);
+- ``fields``: ``fields=`` on the DALI paths: fields and geometry carried through the pipeline,
+  the targets built with the batch path's code;
 - ``fallback``: the CPU DataLoader path (no DALI): ``open_iterable`` + ``make_loader`` + normalising.
 
 Importing this package does not import DALI.

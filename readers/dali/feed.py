@@ -74,7 +74,7 @@ class BatchFeed:
         base_epoch: int = 0,
         flip: float = 0.0,
         reader_options: dict[str, Any] | None = None,
-        fields: Sequence[str] = (),
+        fields: Sequence[str] | None = None,
     ):
         if last_batch not in LAST_BATCH:
             raise ValueError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
@@ -88,8 +88,9 @@ class BatchFeed:
         self.crop = crop
         self.augment = Augment(self.random_crop, float(flip), order.seed)
         self.base_epoch = int(base_epoch)  # DALI counts epochs from 0 after each (re)build
-        # Stored fields carried beside the pixels, with each sample's geometry (readers/dali/fields.py)
-        self.fields = tuple(fields)
+        # With fields=: the stored fields carried beside the pixels, with each sample's geometry
+        # (readers/dali/fields.py); () carries the geometry alone (fields=["geometry"])
+        self.fields = None if fields is None else tuple(fields)
         self._reader: Any = None
         self._positions: tuple[int, np.ndarray] | None = None
         self.resume: tuple[int, int] | None = None  # (epoch, global position) to start that epoch at
@@ -188,7 +189,7 @@ class BatchFeed:
             names += ["anchor", "shape"]
         if self.augment.flip > 0:
             names.append("mirror")
-        if self.fields:
+        if self.fields is not None:
             names += OUTPUTS
         return names
 
@@ -214,7 +215,7 @@ class BatchFeed:
             "shape": windows[:, 2:].astype(np.float32),
             "mirror": flips.astype(np.int32),
         }
-        if self.fields:
+        if self.fields is not None:
             outputs.update(zip(OUTPUTS, carried(records, self.fields, windows, flips)))
         return tuple(outputs[name] for name in self.output_names)
 

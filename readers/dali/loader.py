@@ -34,6 +34,12 @@ only the window's region, ``fn.resize`` resizes it, ``fn.crop_mirror_normalize``
 ``mean``/``std`` are in pixel units (0-255, one value per channel) and make the output float32;
 without them it is uint8. ``layout`` is ``CHW`` or ``HWC``.
 
+Fields: ``fields=`` (with ``pad_fields``, ``min_visibility``, ``"geometry"``) gives
+``(images, {"label": labels, name: ...})`` on every path, the targets of ``open_iterable``. DALI
+moves no boxes: each sample's stored fields and the window and flip it was fed ride through the
+pipeline as extra outputs, and this process moves the boxes with the batch path's code
+(``readers.dali.fields``), so they equal the ``dataloader`` path's.
+
 Last batch: ``drop_last=True`` leaves a short last batch out (and ranks split the dataset
 without wrapping, as in ``open_iterable``); otherwise ``pad_last`` (default True) fills it by
 wrapping around this rank's order so every batch has ``batch_size`` images, and
@@ -138,7 +144,7 @@ def default_device_id() -> int:
 
 # -- the loader ---------------------------------------------------------------------------------
 class DaliLoader:
-    """Iterates ``(images, labels)`` batches of one rank; see the module docstring."""
+    """Iterates ``(images, labels)`` batches of one rank (``(images, target)`` with fields=); see above."""
 
     def __init__(
         self,
@@ -369,10 +375,12 @@ def dali_loader(
     spec: ReadSpec | None = None,
     **options: Any,
 ) -> DaliLoader | FallbackLoader:
-    """A loader of ``(images, labels)`` batches for the packed dataset at ``path``.
+    """A loader of ``(images, labels)`` batches for the packed dataset at ``path`` (with
+    ``fields=``: ``(images, {"label": labels, name: ...})``).
 
     The reading options (shuffle, seed, resize, crop, flip, layout, rank, world_size, drop_last,
-    block_size, buffer_size, verify, reader_options, storage options) are ``readers.spec.ReadSpec``'s,
+    block_size, buffer_size, fields, pad_fields, min_visibility, verify, reader_options, storage
+    options) are ``readers.spec.ReadSpec``'s,
     checked as for ``open_iterable``. ``pad_last`` defaults to True here (unless ``drop_last``).
     ``device``: ``auto`` (DALI on the GPU if there is one, DALI on the CPU if not, the CPU
     DataLoader without DALI), or ``gpu`` / ``cpu`` (DALI, an error if it cannot run) or
@@ -422,7 +430,7 @@ def dali_loader(
         as_size(spec.crop, "crop"),
         flip=float(spec.flip),
         reader_options=spec.open_options,
-        fields=fields.names if fields is not None else (),
+        fields=fields.names if fields is not None else None,
     )
     feed._reader = reader  # this process's reader (workers open their own)
     if chosen == "dali-gpu" and device_id is None:

@@ -2,6 +2,7 @@
 
 Imported only when DALI runs. The graph is the same on the CPU and the GPU; only the decoder's
 device (``mixed`` = nvJPEG / hardware decoder, or ``cpu``) and where the images live differ.
+With ``fields=`` the feed's carried outputs (``readers.dali.fields``) are pipeline outputs as fed.
 """
 
 from __future__ import annotations
