@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,7 +21,10 @@ from packer.preprocess import PreprocessSpec
 from packer.rows import Row, pack_rows
 from readers import RandomResizedCrop
 from readers.dali import dali_loader
+from readers.dali.fields import carried, stored_fields
+from readers.fields import KINDS, typed
 from readers.formats.registry import formats_storing_fields
+from readers.record import Record
 from tests.cocodata import CLASSES, make_coco
 
 SCHEMA = {"boxes": "boxes", "categories": "box_ints", "caption": "str"}
@@ -151,6 +155,28 @@ def test_geometry_alone(packed_fields):
     assert set(got[0][1]) == {"label", "geometry"}
     assert [t["geometry"] for _, t in got] == [t["geometry"] for _, t in reference]
     assert got[0][1]["geometry"][0]["out"] == (40, 40)
+
+
+def test_every_field_kind_crosses_the_pipeline_exactly():
+    """carried() -> stored_fields() (what the feed sends, what this process reads back) gives the
+    reader's typed values for every kind, unset values and numbers beyond int64/float32 included."""
+    schema = dict(zip(KINDS, KINDS))
+    samples = [
+        {"int": 2**70, "float": 0.1, "str": "é – 字", "ints": [1, -2**62], "floats": [0.5, 1e-7],
+         "json": {"a": [1, None, "x"]}, "boxes": [[0.1, 2.5, 3.0, 4.25]], "box_ints": [7]},
+        {"str": "", "boxes": [], "box_ints": []},  # the rest unset
+    ]  # fmt: skip
+    records = [Record(b"", -1, 20 + i, 30, 3, "jpeg", typed(schema, v)) for i, v in enumerate(samples)]
+    rows, lengths, geometry = carried(records, schema, np.arange(8).reshape(2, 4), np.array([True, False]))
+    assert geometry.tolist() == [[20, 30, 0, 1, 2, 3, 1], [21, 30, 4, 5, 6, 7, 0]]
+    for record, row, sizes in zip(records, rows, lengths.tolist()):
+        back = stored_fields(schema, row.tobytes(), sizes)
+        for name, value in record.fields.items():
+            if isinstance(value, np.ndarray):
+                assert back[name].dtype == value.dtype and back[name].shape == value.shape
+                np.testing.assert_array_equal(back[name], value)
+            else:
+                assert back[name] == value and type(back[name]) is type(value), name
 
 
 @pytest.mark.gpu

@@ -14,7 +14,7 @@ reader lazily, so DALI's parallel external_source workers (fork or spawn) can ea
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, cast, overload
 
 import numpy as np
@@ -74,7 +74,7 @@ class BatchFeed:
         base_epoch: int = 0,
         flip: float = 0.0,
         reader_options: dict[str, Any] | None = None,
-        fields: Sequence[str] | None = None,
+        fields: Mapping[str, str] | None = None,
     ):
         if last_batch not in LAST_BATCH:
             raise ValueError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
@@ -88,9 +88,9 @@ class BatchFeed:
         self.crop = crop
         self.augment = Augment(self.random_crop, float(flip), order.seed)
         self.base_epoch = int(base_epoch)  # DALI counts epochs from 0 after each (re)build
-        # With fields=: the stored fields carried beside the pixels, with each sample's geometry
-        # (readers/dali/fields.py); () carries the geometry alone (fields=["geometry"])
-        self.fields = None if fields is None else tuple(fields)
+        # With fields=: the stored fields ({name: kind}) carried beside the pixels, with each
+        # sample's geometry (readers/dali/fields.py); {} carries the geometry alone
+        self.fields = None if fields is None else dict(fields)
         self._reader: Any = None
         self._positions: tuple[int, np.ndarray] | None = None
         self.resume: tuple[int, int] | None = None  # (epoch, global position) to start that epoch at

@@ -4,16 +4,21 @@ DALI moves pixels only; the boxes are moved in this process with the batch path'
 sample, ``BatchFeed`` (its ``external_source``) adds three outputs, which the pipeline passes
 through as they are:
 
-- ``fields``: the requested fields as canonical JSON (``readers.fields.encode``, never pickle),
-  one uint8 row per sample, zero-padded to the batch's longest row (``DALIGenericIterator`` wants
-  one shape per output and batch), with ``fields_length`` its true length;
+- ``fields``: the requested fields' bytes one after the other, one uint8 row per sample,
+  zero-padded to the batch's longest row (``DALIGenericIterator`` wants one shape per output and
+  batch); with ``fields_length`` (int64, one column per field: its byte count, -1 when unset);
 - ``geometry``: int64 ``(stored height, stored width, top, left, height, width, flip)``: the
   stored size and the window and flip the pipeline applied (``BatchFeed.plan``: a
   ``RandomResizedCrop`` window in stored pixels; on the centre path the window follows from the
   stored size, as on the batch path).
 
+A field's bytes (never pickle): number lists and boxes as their little-endian int64 / float32
+array (``readers.fields.typed``'s dtypes), "int" and "float" as their exact decimal text, "str"
+as UTF-8, "json" as canonical JSON. They cost a copy each way, where a JSON round trip cost tens of
+microseconds per sample in this process, the one every DALI batch passes through.
+
 ``DaliFields`` turns a batch of them into the target of every batch path,
-``{"label": labels, name: collated...}``: ``readers.fields.decode``, then
+``{"label": labels, name: collated...}``: ``readers.fields.typed``, then
 ``readers.record_stream.batch_fields`` (``BatchAssembler.sample_geometries`` and the ``FieldPlan``
 of ``open_iterable``), so boxes, ``pad_fields``, ``min_visibility`` and ``"geometry"`` are those of
 the ``dataloader`` path, number for number.
@@ -21,34 +26,59 @@ the ``dataloader`` path, number for number.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from readers.fields import as_tensors, decode, encode
+from readers.fields import as_tensors, typed
 from readers.record import Record
 
 OUTPUTS = ("fields", "fields_length", "geometry")
 GEOMETRY_COLUMNS = 7
+# typed()'s dtypes, little-endian
+ARRAYS = {"boxes": "<f4", "floats": "<f4", "ints": "<i8", "box_ints": "<i8"}
 
 
-def _plain(value: Any) -> Any:
-    """A typed field value as JSON values: arrays as (nested) lists, exact for float32 and int64."""
-    return value.tolist() if isinstance(value, np.ndarray) else value
+def to_bytes(kind: str, value: Any) -> bytes:
+    """One typed field value (as ``read_many`` returns it) as bytes; see the module docstring."""
+    if kind in ARRAYS:
+        return np.ascontiguousarray(value, dtype=ARRAYS[kind]).tobytes()
+    if kind in ("int", "float"):
+        return repr(value).encode()  # exact: Python ints of any size, floats round-trip
+    if kind == "str":
+        return value.encode()
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def from_bytes(kind: str, data: bytes) -> Any:
+    """``to_bytes``'s value back (``typed`` then gives it its reader's shape)."""
+    if kind in ARRAYS:
+        return np.frombuffer(data, dtype=ARRAYS[kind]).copy()  # writable: tensors are made of it
+    if kind in ("int", "float"):
+        return int(data) if kind == "int" else float(data)
+    if kind == "str":
+        return data.decode()
+    return json.loads(data)
 
 
 def carried(
-    records: Sequence[Record], names: Sequence[str], windows: np.ndarray, flips: np.ndarray
+    records: Sequence[Record], schema: Mapping[str, str], windows: np.ndarray, flips: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The three extra outputs of a batch (see the module docstring), from its records (typed
-    fields, as ``read_many`` returns them) and its plan's (B, 4) windows and (B,) flips."""
+    """The three extra outputs of a batch (see the module docstring): the ``schema`` fields of its
+    records (typed, as ``read_many`` returns them), its plan's (B, 4) windows and (B,) flips."""
+    lengths = np.full((len(records), max(1, len(schema))), -1, dtype=np.int64)
     encoded = []
-    for record in records:
+    for i, record in enumerate(records):
         values = record.fields if isinstance(record.fields, dict) else {}
-        encoded.append(encode({n: _plain(values[n]) for n in names if values.get(n) is not None}))
-    lengths = np.array([len(e) for e in encoded], dtype=np.int64)
-    rows = np.zeros((len(encoded), max(1, int(lengths.max(initial=0)))), dtype=np.uint8)
+        blobs = []
+        for k, (name, kind) in enumerate(schema.items()):
+            if values.get(name) is not None:
+                blobs.append(to_bytes(kind, values[name]))
+                lengths[i, k] = len(blobs[-1])
+        encoded.append(b"".join(blobs))
+    rows = np.zeros((len(encoded), max(1, max(map(len, encoded), default=0))), dtype=np.uint8)
     for row, data in zip(rows, encoded):
         row[: len(data)] = np.frombuffer(data, dtype=np.uint8)
     geometry = np.zeros((len(records), GEOMETRY_COLUMNS), dtype=np.int64)
@@ -59,32 +89,38 @@ def carried(
     return rows, lengths, geometry
 
 
+def stored_fields(schema: Mapping[str, str], row: bytes, lengths: Sequence[int]) -> dict[str, Any]:
+    """A sample's carried fields back from its row and per-field byte counts, as ``typed`` values."""
+    values: dict[str, Any] = {}
+    start = 0
+    for (name, kind), length in zip(schema.items(), lengths):
+        if length >= 0:
+            values[name] = from_bytes(kind, row[start : start + length])
+            start += length
+    return typed(schema, values)
+
+
 class DaliFields:
     """The target of a DALI batch with ``fields=``, from its carried outputs; see the module docstring."""
 
-    def __init__(self, plan: Any, assembler: Any, schema: dict[str, str], where: str):
+    def __init__(self, plan: Any, assembler: Any, stored: Mapping[str, str]):
         self.plan = plan  # readers.sample_fields.FieldPlan, built as open_iterable builds it
         self.assembler = assembler  # readers.batch.BatchAssembler: its geometry only
-        self.schema = schema  # the dataset's stored fields
-        self.where = where
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The stored fields the feed carries: those the plan hands out (boxes among them)."""
-        return tuple(n for n in self.plan.names if n in self.schema)
+        # The stored fields the feed carries: those the plan hands out (boxes among them).
+        self.schema = {n: stored[n] for n in plan.names if n in stored}
 
     def target(self, labels: Any, rows: Any, lengths: Any, geometry: Any) -> dict[str, Any]:
         from readers.record_stream import batch_fields
 
-        data = np.ascontiguousarray(rows.cpu().numpy())
-        sizes = lengths.cpu().numpy().tolist()
+        data = rows.cpu().numpy().tobytes()
+        width = rows.shape[1]
+        counts = lengths.cpu().numpy().tolist()
         geo = geometry.cpu().numpy().tolist()
-        where = f"{self.where}: fields carried through DALI's pipeline"
         # Only the stored size and the fields matter here; the label is the batch's label tensor.
-        records = [
-            Record(b"", -1, g[0], g[1], 0, "raw", decode(self.schema, data[i, :n].tobytes(), where))
-            for i, (n, g) in enumerate(zip(sizes, geo))
-        ]
+        records = []
+        for i, (sizes, g) in enumerate(zip(counts, geo)):
+            fields = stored_fields(self.schema, data[i * width : (i + 1) * width], sizes)
+            records.append(Record(b"", -1, g[0], g[1], 0, "raw", fields))
         params = None
         if self.plan.wants_geometry:
             random_crop = self.assembler.augment.crop is not None

@@ -418,7 +418,7 @@ def dali_loader(
     plan = field_plan(spec, [reader.manifest.fields], str(path))
     if plan is not None:
         geometry = BatchAssembler(crop=spec.crop, resize=spec.resize, flip=spec.flip, seed=spec.seed)
-        fields = DaliFields(plan, geometry, dict(reader.manifest.fields), str(path))
+        fields = DaliFields(plan, geometry, reader.manifest.fields)
     last_batch = "drop" if spec.drop_last else ("pad" if spec.pad_last else "partial")
     order = spec.order_of(len(reader), unit=spec.batch_size)
     feed = BatchFeed(
@@ -430,7 +430,7 @@ def dali_loader(
         as_size(spec.crop, "crop"),
         flip=float(spec.flip),
         reader_options=spec.open_options,
-        fields=fields.names if fields is not None else None,
+        fields=fields.schema if fields is not None else None,
     )
     feed._reader = reader  # this process's reader (workers open their own)
     if chosen == "dali-gpu" and device_id is None:

@@ -62,7 +62,7 @@ def build_pipeline(
         "mirror": (types.INT32, 0, ""),
         # carried through untouched with fields= (readers/dali/fields.py)
         "fields": (types.UINT8, 1, ""),
-        "fields_length": (types.INT64, 0, ""),
+        "fields_length": (types.INT64, 1, ""),
         "geometry": (types.INT64, 1, ""),
     }
     window: dict[str, Any] = {"axis_names": "HW", "normalized_anchor": False, "normalized_shape": False}
