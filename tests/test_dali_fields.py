@@ -22,6 +22,7 @@ from packer.rows import Row, pack_rows
 from readers import RandomResizedCrop
 from readers.dali import dali_loader
 from readers.dali.fields import carried, stored_fields
+from readers.errors import OptionError
 from readers.fields import KINDS, typed
 from readers.formats.registry import formats_storing_fields
 from readers.record import Record
@@ -155,6 +156,13 @@ def test_geometry_alone(packed_fields):
     assert set(got[0][1]) == {"label", "geometry"}
     assert [t["geometry"] for _, t in got] == [t["geometry"] for _, t in reference]
     assert got[0][1]["geometry"][0]["out"] == (40, 40)
+
+
+def test_a_field_the_dataset_does_not_store_is_refused_on_every_path(packed_fields):
+    path = packed_fields(formats_storing_fields()[0])
+    for device in ("cpu", "dataloader"):  # when the loader is built, with the same message
+        with pytest.raises(OptionError, match=r"fields= names 'nope', not stored.*boxes, caption"):
+            dali_loader(path, batch_size=8, device=device, crop=32, fields=["boxes", "nope"])
 
 
 def test_every_field_kind_crosses_the_pipeline_exactly():

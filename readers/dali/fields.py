@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from readers.fields import as_tensors, typed
 from readers.record import Record
+
+if TYPE_CHECKING:
+    from readers.batch import BatchAssembler
+    from readers.sample_fields import FieldPlan
 
 OUTPUTS = ("fields", "fields_length", "geometry")
 GEOMETRY_COLUMNS = 7
@@ -103,9 +107,9 @@ def stored_fields(schema: Mapping[str, str], row: bytes, lengths: Sequence[int])
 class DaliFields:
     """The target of a DALI batch with ``fields=``, from its carried outputs; see the module docstring."""
 
-    def __init__(self, plan: Any, assembler: Any, stored: Mapping[str, str]):
-        self.plan = plan  # readers.sample_fields.FieldPlan, built as open_iterable builds it
-        self.assembler = assembler  # readers.batch.BatchAssembler: its geometry only
+    def __init__(self, plan: FieldPlan, assembler: BatchAssembler, stored: Mapping[str, str]):
+        self.plan = plan  # built as open_iterable builds it (readers.record_stream.field_plan)
+        self.assembler = assembler  # its geometry only
         # The stored fields the feed carries: those the plan hands out (boxes among them).
         self.schema = {n: stored[n] for n in plan.names if n in stored}
 
