@@ -380,8 +380,8 @@ def dali_loader(
 
     The reading options (shuffle, seed, resize, crop, flip, layout, rank, world_size, drop_last,
     block_size, buffer_size, fields, pad_fields, min_visibility, verify, reader_options, storage
-    options) are ``readers.spec.ReadSpec``'s,
-    checked as for ``open_iterable``. ``pad_last`` defaults to True here (unless ``drop_last``).
+    options) are ``readers.spec.ReadSpec``'s, checked as for ``open_iterable``. ``pad_last``
+    defaults to True here (unless ``drop_last``).
     ``device``: ``auto`` (DALI on the GPU if there is one, DALI on the CPU if not, the CPU
     DataLoader without DALI), or ``gpu`` / ``cpu`` (DALI, an error if it cannot run) or
     ``dataloader``. ``num_threads``: DALI's CPU threads. ``num_workers``: DataLoader workers of
