@@ -118,6 +118,14 @@ class PackedLoader(StatefulDataLoader):
             super().load_state_dict(state)
 
 
+# Batches a DataLoader keeps requested per worker on the whole-batch path (torch's default is 2).
+# A raw or small batch takes a worker 1-2 ms, about as long as the hand-over of a request and a
+# batch between the processes, so with 2 in flight workers spend half their time waiting for the
+# next request (scripts/bench_raw_batch.py). Each in-flight batch holds one shared ring slot
+# (readers.shmring, at most MAX_SLOTS per worker), so memory stays bounded.
+WHOLE_BATCH_PREFETCH = 4
+
+
 def make_loader(
     dataset: EpochStream,
     *,
@@ -129,7 +137,8 @@ def make_loader(
 
     ``batch_size`` is only for the per-sample path (``open_iterable`` without ``batch_size``);
     other keyword arguments go to the DataLoader (``pin_memory``, ``persistent_workers``,
-    ``prefetch_factor``, ``worker_init_fn``, ``collate_fn``...).
+    ``prefetch_factor``, ``worker_init_fn``, ``collate_fn``...). On the whole-batch path with
+    workers, ``prefetch_factor`` defaults to ``WHOLE_BATCH_PREFETCH``.
     """
     if not isinstance(dataset, EpochStream):
         kind = type(dataset).__name__
@@ -140,6 +149,8 @@ def make_loader(
                 f"this iterable already assembles batches of {dataset.batch_size}: leave make_loader's "
                 "batch_size out (the loader must not batch them again)"
             )
+        if num_workers > 0:
+            loader_options.setdefault("prefetch_factor", WHOLE_BATCH_PREFETCH)
     else:
         dataset.set_loader_batch_size(batch_size)
     if loader_options.get("drop_last"):
@@ -147,4 +158,4 @@ def make_loader(
     return PackedLoader(dataset, batch_size=batch_size, num_workers=num_workers, **loader_options)
 
 
-__all__ = ["PackedLoader", "make_loader"]
+__all__ = ["PackedLoader", "WHOLE_BATCH_PREFETCH", "make_loader"]

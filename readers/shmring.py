@@ -34,7 +34,7 @@ import torch
 from readers.fields import as_tensors
 from readers.process import pid_alive
 
-MAX_SLOTS = 8  # per worker; a DataLoader keeps prefetch_factor (2) batches per worker in flight
+MAX_SLOTS = 8  # per worker; a DataLoader keeps prefetch_factor (make_loader: 4) batches per worker in flight
 FREE, BUSY = 0, 1
 
 

@@ -62,7 +62,6 @@ class FallbackLoader:
                 num_workers=workers,
                 pin_memory=self.pin_memory,
                 persistent_workers=workers > 0,
-                prefetch_factor=2 if workers else None,
             )
         return self._loader
 
