@@ -198,6 +198,9 @@ def test_cli_training_row_reads_random_resized_crops(packed, tmp_path):
     by_name = {d["name"]: d for d in data["datasets"]}
     assert by_name["lmdb:ds"]["read_path"] == "batch" and by_name["lmdb:ds"]["output_size"] == [32, 32]
     assert by_name[BASELINE_NAME]["read_path"] == "sample+stack"
+    # the JPEG pack once more, decoded whole before the crop: the gain of decoding only the window
+    assert by_name["lmdb:ds (whole decode)"]["read_path"] == "batch"
+    assert "decode only the crop window: lmdb:ds, 0 worker(s):" in proc.stdout
     assert all(r["images"] == read_manifest(varied).num_samples for r in data["runs"])
     baseline = ImageFolderBaseline(
         SAMPLE_DATA, None, "numpy", **Settings(augment="rrc", augment_size=32).read_options()

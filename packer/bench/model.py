@@ -58,6 +58,9 @@ class Target:
     path: str
     preprocess: dict[str, Any] | None = None  # baseline only: the resize/crop to apply on the fly
     skip: tuple[str, ...] = ()  # baseline only: the source files the packer skipped (relative)
+    # packed JPEG with augment=rrc: False decodes each JPEG whole before cropping (the row that
+    # shows what decoding only the crop window, readers.jpegwindow, gains)
+    window_decode: bool = True
 
 
 @dataclass

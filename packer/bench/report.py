@@ -134,7 +134,26 @@ def _footer(report: BenchReport) -> list[str]:
             f"baseline: Pillow decode + resize {pre.get('resize')} ({pre.get('resize_mode')}), "
             f"crop {pre.get('crop')} on the fly, like torchvision's ImageFolder"
         )
+    lines += window_gains(report)
     return lines + [f"note: {n}" for n in report.notes]
+
+
+WHOLE = " (whole decode)"
+
+
+def window_gains(report: BenchReport) -> list[str]:
+    """One line per packed JPEG row read both ways: decoding only the crop window vs whole."""
+    lines = []
+    for whole in report.runs:
+        if not whole.name.endswith(WHOLE) or whole.images_per_s <= 0:
+            continue
+        windowed = report.run(whole.name[: -len(WHOLE)], whole.workers)
+        if windowed is not None:
+            lines.append(
+                f"decode only the crop window: {windowed.name}, {whole.workers} worker(s): "
+                f"{windowed.images_per_s / whole.images_per_s:.2f}x the whole decode"
+            )
+    return lines
 
 
 def _render(report: BenchReport, header: str, table, bullet: str) -> str:

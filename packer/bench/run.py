@@ -14,6 +14,7 @@ original files included) reads ``RandomResizedCrop(augment_size)`` + a horizonta
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from typing import Any
 from packer.bench.contenders import dali_module, describe, fixed_size, measure_random_access, open_loader
 from packer.bench.harness import BenchError, MemorySampler, machine_info, run_isolated, time_epochs
 from packer.bench.model import BASELINE_NAME, BenchReport, Run, Settings, Target
+from readers import jpegwindow
 from readers.manifest import read_manifest
 
 
@@ -62,6 +64,9 @@ def measure_loader(target: Target, workers: int, settings: Settings) -> Run:
 def _measure(
     target: Target, workers: int, settings: Settings, random_access: bool
 ) -> tuple[Run, dict[str, Any] | None]:
+    if not target.window_decode:  # this fresh process and the DataLoader workers it forks
+        os.environ["IMGPACK_JPEG_WINDOW"] = "0"
+        jpegwindow.DECODER = None
     run = measure_loader(target, workers, settings)
     return run, measure_random_access(target, settings) if random_access else None
 
@@ -123,6 +128,18 @@ def plan_targets(
     return targets, (preprocess if baseline is not None else None), notes
 
 
+def whole_decode_targets(targets: list[Target]) -> list[Target]:
+    """For the training read: each packed JPEG dataset once more, its JPEGs decoded whole before
+    the crop, so the report shows what decoding only the window gains (none without the decoder)."""
+    if jpegwindow.DECODER is None:
+        return []
+    return [
+        Target(f"{t.name} (whole decode)", t.kind, t.path, window_decode=False)
+        for t in targets
+        if t.kind == "packed" and read_manifest(t.path).encoding == "jpeg"
+    ]
+
+
 def run_bench(
     datasets: list[str],
     baseline: str | None = None,
@@ -134,6 +151,8 @@ def run_bench(
     settings = settings or Settings()
     log = log or (lambda message: None)
     targets, preprocess, notes = plan_targets([str(d) for d in datasets], baseline, dali)
+    if settings.augment == "rrc":
+        targets += whole_decode_targets(targets)
     report = BenchReport(settings, [], [], preprocess, machine_info(), notes)
     for target in targets:
         info = describe(target, settings)
