@@ -10,9 +10,15 @@ Workloads (identical for every system; 2 loader workers, batch 64, shuffled, uin
   arguments), ``imagefolder`` (Pillow on the original files, torchvision's transform) and ``ffcv``
   (``RandomResizedCropRGBImageDecoder((224, 224))`` + ``RandomHorizontalFlip()``). The report adds
   the per-core decode limit of this workload (one process, no DataLoader) and what each step costs.
+- W_jpeg_full, W_train_full (not run by default): the same two reads of JPEGs stored at the source
+  folder's own size (q90, no resize at packing; FFCV's writer keeps the full size too), where DCT
+  scaling and the decoded window combine. W_jpeg_full resizes the shorter side to 256 and takes the
+  centre 224 (FFCV: ``CenterCropRGBImageDecoder(ratio=224/256)``, ImageFolder: Pillow resize + crop).
+  ``make_bench_data.py --size 667x500`` makes a folder with shorter sides around 500 px.
 
-Each contender runs in its own fresh process, several rounds, contenders interleaved, so that the
-load from other users of the machine falls on all of them alike. Per run: time to first batch
+Each contender runs in its own fresh process, several rounds, contenders interleaved and every other
+round in reverse order (workloads too), so that the load from other users of the machine and any
+drift over the run fall on all of them alike. Per run: time to first batch
 (from building the loader, workers included, to the first batch in hand), images/s of a warm
 epoch (best of the epochs after the first full one) and the peak PSS (proportional set size:
 shared pages counted once) of the loader's process tree, sampled from outside every
@@ -27,6 +33,7 @@ with FFCV installed (FFCV is a benchmark peer only, never a dependency of imgpac
     python scripts/make_bench_data.py --n 2000 --out /tmp/imgpack-bench/n2000
     python scripts/bench_fastpath.py --src /tmp/imgpack-bench/n2000 --out /tmp/imgpack-bench/fastpath \\
         --ffcv-python /work/ffcv-venv/bin/python --rounds 3
+    python scripts/bench_fastpath.py ... --workloads W_train W_jpeg W_train_full W_jpeg_full
 
 The child mode (``--child NAME``) runs with only NumPy at import time, so the FFCV interpreter can
 run this same file.
@@ -48,13 +55,19 @@ sys.path.insert(0, str(REPO))
 # The shared timer and sampler; the standard library only at import, so FFCV's Python can run it.
 from packer.bench.harness import count_images, run_measured, time_epochs  # noqa: E402
 
-WORKLOADS = ("W_jpeg", "W_raw", "W_train")
+WORKLOADS = ("W_jpeg", "W_raw", "W_train", "W_jpeg_full", "W_train_full")
+DEFAULT_WORKLOADS = ("W_jpeg", "W_raw", "W_train")
+JPEG_READS = ("W_jpeg", "W_jpeg_full")  # centre-crop reads of stored JPEGs
+TRAIN_READS = {"W_train": "W_jpeg", "W_train_full": "W_jpeg_full"}  # training read -> its stored data
 CONTENDERS = ("imgpack-batch", "imgpack-sample", "webdataset", "imagefolder", "ffcv")
 PEERS = {  # contenders run per workload
     "W_jpeg": ("imgpack-batch", "imgpack-sample", "webdataset", "ffcv"),
     "W_raw": ("imgpack-batch", "imgpack-sample", "webdataset", "ffcv"),
     "W_train": ("imgpack-batch", "imgpack-sample", "imagefolder", "ffcv"),
+    "W_jpeg_full": ("imgpack-batch", "imgpack-sample", "imagefolder", "ffcv"),
+    "W_train_full": ("imgpack-batch", "imgpack-sample", "imagefolder", "ffcv"),
 }
+FULL_RESIZE = 256  # W_jpeg_full: shorter side to 256, then the centre 224 (torchvision's eval transform)
 CROP = 224
 DESIGN_FFCV = {
     "W_jpeg": 4500,
@@ -64,7 +77,10 @@ DESIGN_FFCV = {
 
 
 # -- data preparation (product venv) -----------------------------------------------------------
-def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> dict[str, dict[str, str]]:
+def prepare(
+    src: Path, out: Path, ffcv_python: str | None, workloads: list[str], shards: int = 8
+) -> dict[str, dict[str, str]]:
+    """Every stored dataset the ``workloads`` read (made once, reused by later runs)."""
     from packer.bench.prepare import ensure_packed
     from packer.preprocess import PreprocessSpec
 
@@ -72,13 +88,19 @@ def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> d
     specs = {
         "W_jpeg": PreprocessSpec(resize=256, encode="jpeg", quality=90),
         "W_raw": PreprocessSpec(resize=256, crop=CROP, encode="raw"),
+        "W_jpeg_full": PreprocessSpec(encode="jpeg", quality=90),  # the source's own size
     }
+    wanted = {TRAIN_READS.get(w, w) for w in workloads}
     for workload, spec in specs.items():
+        if workload not in wanted:
+            continue
         lmdb_path = ensure_packed(src, out / f"{workload}.lmdb", "lmdb", spec)
-        tar_dir = out / f"{workload}-wds"
-        if not (tar_dir / "done").exists():
-            write_webdataset(lmdb_path, tar_dir, shards)
-        paths[workload] = {"lmdb": str(lmdb_path), "wds": str(tar_dir)}
+        paths[workload] = {"lmdb": str(lmdb_path), "src": str(src)}
+        if any("webdataset" in PEERS[w] for w in workloads if TRAIN_READS.get(w, w) == workload):
+            tar_dir = out / f"{workload}-wds"
+            if not (tar_dir / "done").exists():
+                write_webdataset(lmdb_path, tar_dir, shards)
+            paths[workload]["wds"] = str(tar_dir)
         if ffcv_python:
             beton = out / f"{workload}.beton"
             if not beton.exists():
@@ -100,7 +122,9 @@ def prepare(src: Path, out: Path, ffcv_python: str | None, shards: int = 8) -> d
                     check=True,
                 )
             paths[workload]["beton"] = str(beton)
-    paths["W_train"] = dict(paths["W_jpeg"], src=str(src))  # the same stored data, read for training
+    for train, stored in TRAIN_READS.items():  # the same stored data, read for training
+        if stored in paths:
+            paths[train] = paths[stored]
     return paths
 
 
@@ -160,16 +184,21 @@ def imgpack_loader(name: str, workload: str, paths: dict, workers: int, batch: i
     from readers import RandomResizedCrop
 
     path = paths[workload]["lmdb"]
-    crop = CROP if workload == "W_jpeg" else None
-    train = {"crop": RandomResizedCrop(CROP), "flip": True} if workload == "W_train" else {}
+    crop = CROP if workload in JPEG_READS else None
+    resize = FULL_RESIZE if workload == "W_jpeg_full" else None
+    train = {"crop": RandomResizedCrop(CROP), "flip": True} if workload in TRAIN_READS else {}
 
     def build():
         if name == "imagefolder":
-            return baseline_path(paths[workload]["src"], None, "tensor", batch, workers, **train)[0]
+            centre = {"resize": resize, "crop": crop} if resize else None
+            return baseline_path(paths[workload]["src"], centre, "tensor", batch, workers, **train)[0]
         if name == "imgpack-batch":
             # fast_dct: libjpeg-turbo's fast integer IDCT, the setting FFCV always uses.
-            options = train or {"crop": crop}
+            options = train or {"crop": crop, "resize": resize}
             return batch_path(path, batch, workers, shuffle=True, seed=0, fast_dct=True, **options)[0]
+        if resize:  # the per-sample path crops and resizes itself, like the batch path
+            options = {"shuffle": True, "seed": 0, "decode": "tensor", "crop": crop, "resize": resize}
+            return sample_path(path, batch, workers, **options)[0]
         transform = centre_crop_chw if crop else None
         options = {"shuffle": True, "seed": 0, "decode": "tensor", "transform": transform, **train}
         return sample_path(path, batch, workers, **options)[0]
@@ -227,9 +256,9 @@ def ffcv_loader(workload: str, paths: dict, workers: int, batch: int):
     from ffcv.transforms import RandomHorizontalFlip, Squeeze, ToTensor, ToTorchImage
 
     augment = []
-    if workload == "W_jpeg":
+    if workload in JPEG_READS:
         decoder = CenterCropRGBImageDecoder((CROP, CROP), ratio=CROP / 256)
-    elif workload == "W_train":
+    elif workload in TRAIN_READS:
         decoder = RandomResizedCropRGBImageDecoder((CROP, CROP))
         augment = [RandomHorizontalFlip()]
     else:
@@ -268,8 +297,10 @@ def ffcv_write(workload: str, data: str, beton: str) -> None:
             image = np.asarray(pixels[offsets[i] : offsets[i + 1]]).reshape(shapes[i])
             return image, int(labels[i])
 
-    mode = "jpg" if workload == "W_jpeg" else "raw"
-    fields = {"image": RGBImageField(write_mode=mode, jpeg_quality=90), "label": IntField()}
+    mode = "jpg" if workload in JPEG_READS else "raw"
+    # max_resolution=None: stored at the size given (the full-size workload keeps the source's size)
+    image = RGBImageField(write_mode=mode, max_resolution=None, jpeg_quality=90)
+    fields = {"image": image, "label": IntField()}
     DatasetWriter(beton, fields, num_workers=2).from_indexed_dataset(Arrays())
 
 
@@ -389,11 +420,50 @@ def decode_ceiling(lmdb: str, rounds: int = 2) -> float:
     return len(data) / best
 
 
+def measure_limits(
+    workload: str,
+    paths: dict,
+    batch: int,
+    round_: int,
+    limits: dict[str, dict[str, float]],
+    ceilings: dict[str, float],
+) -> None:
+    """This round's decode ceiling (centre-crop reads) or per-core limit (training reads) of
+    ``workload``, kept in ``ceilings`` / ``limits`` (the best over rounds)."""
+    if workload in JPEG_READS:
+        per_core = decode_ceiling(paths[workload]["lmdb"])
+        ceilings[workload] = max(ceilings.get(workload, 0.0), per_core)
+        print(f"round {round_} {workload} decode ceiling: {per_core:.0f} img/s per core", flush=True)
+    if workload in TRAIN_READS:
+        step = decode_limit(paths[workload]["lmdb"], batch)
+        best = limits.get(workload, step)
+        limits[workload] = {
+            k: min(v, step[k]) if k.endswith("_us") else max(v, step[k]) for k, v in best.items()
+        }
+        print(f"round {round_} {workload} decode limit: {json.dumps(step)}", flush=True)
+
+
+def round_plan(workloads: list[str], contenders: list[str], round_: int) -> list[tuple[str, str]]:
+    """The (workload, contender) runs of round ``round_``, in order: every other round reversed
+    (workloads and the contenders within each), so that none always runs first or last."""
+    plan = [(w, name) for w in workloads for name in contenders if name in PEERS[w]]
+    return plan if round_ % 2 == 0 else plan[::-1]
+
+
 def summarise(
-    runs: dict, ffcv_measured: bool, limit: dict[str, float] | None = None, ceiling: float | None = None
+    runs: dict,
+    ffcv_measured: bool,
+    limits: dict[str, dict[str, float]] | None = None,
+    ceilings: dict[str, float] | None = None,
 ) -> str:
+    """The report: per workload, each contender's median rate; training reads add their per-core
+    decode limit (``limits``), centre-crop reads their decode ceiling (``ceilings``)."""
     lines = []
     for workload in WORKLOADS:
+        if not any(w == workload for w, _ in runs):
+            continue
+        limit = (limits or {}).get(workload)
+        ceiling = (ceilings or {}).get(workload)
         lines.append(f"\n{workload}: img/s warm epoch (median of rounds), first batch s, peak PSS MiB")
         base = None
         table = {}
@@ -415,7 +485,7 @@ def summarise(
             ratio = f"  {rate / base[0]:.2f}x FFCV rate, {mem / base[2]:.2f}x FFCV memory" if base else ""
             ratio += f", {rate / folder[0]:.2f}x ImageFolder" if folder else ""
             lines.append(f"  {name:15s} {rate:9.0f} img/s  first {first:5.2f} s  peak {mem:7.0f} MiB{ratio}")
-        if workload == "W_train" and limit and "imgpack-batch" in table:
+        if limit and "imgpack-batch" in table:
             cores = os.cpu_count() or 1
             steps = ", ".join(f"{k[:-3]} {v:.0f}" for k, v in limit.items() if k.endswith("_us"))
             lines.append(
@@ -423,14 +493,14 @@ def summarise(
                 f"imgpack-batch reaches {table['imgpack-batch'][0] / limit['img_per_s_per_core']:.2f} "
                 f"cores' worth on this {cores}-CPU machine"
             )
-        if workload == "W_jpeg" and ceiling and "imgpack-batch" in table:
+        if ceiling and "imgpack-batch" in table:
             cores = os.cpu_count() or 1
             top = ceiling * cores
             lines.append(
                 f"  decode ceiling: {ceiling:.0f} img/s per core (fast-IDCT decode alone) x {cores} cores "
                 f"= {top:.0f}; imgpack-batch reaches {table['imgpack-batch'][0] / top:.2f} of it"
             )
-        if not ffcv_measured and "imgpack-batch" in table:
+        if not ffcv_measured and "imgpack-batch" in table and workload in DESIGN_FFCV:
             ref = DESIGN_FFCV[workload]
             lines.append(
                 f"  (FFCV not measured; DESIGN.md reference figure {ref} img/s on another 2-core "
@@ -452,8 +522,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--only", nargs="*", default=None, help="contenders to run")
-    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS), choices=WORKLOADS)
-    parser.add_argument("--memory-interval", type=float, default=0.25, help="seconds between memory samples")
+    parser.add_argument("--workloads", nargs="*", default=list(DEFAULT_WORKLOADS), choices=WORKLOADS)
+    parser.add_argument(
+        "--memory-interval",
+        type=float,
+        default=1.0,
+        help="seconds between memory samples (one PSS sample of a 2-worker loader costs ~20-30 ms of CPU)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
     # child mode
     parser.add_argument("--child", default=None)
@@ -470,34 +545,25 @@ def main() -> None:
         return
 
     args.out.mkdir(parents=True, exist_ok=True)
-    paths = prepare(args.src, args.out, args.ffcv_python)
+    paths = prepare(args.src, args.out, args.ffcv_python, args.workloads)
     contenders = [c for c in (args.only or CONTENDERS) if c != "ffcv" or args.ffcv_python]
     runs: dict = {}
-    limit = None
-    ceiling = None
+    limits: dict[str, dict[str, float]] = {}
+    ceilings: dict[str, float] = {}
     for round_ in range(args.rounds):
-        if "W_jpeg" in args.workloads:  # measured between the contenders' runs, like them
-            per_core = decode_ceiling(paths["W_jpeg"]["lmdb"])
-            ceiling = max(ceiling or 0.0, per_core)
-            print(f"round {round_} W_jpeg decode ceiling: {per_core:.0f} img/s per core", flush=True)
-        if "W_train" in args.workloads:  # measured between the contenders' runs, like them
-            step = decode_limit(paths["W_train"]["lmdb"], args.batch)
-            limit = (
-                step
-                if limit is None
-                else {k: min(v, step[k]) if k.endswith("_us") else max(v, step[k]) for k, v in limit.items()}
-            )
-            print(f"round {round_} W_train decode limit: {json.dumps(step)}", flush=True)
-        for workload in args.workloads:
-            for name in (c for c in contenders if c in PEERS[workload]):
-                python = args.ffcv_python if name == "ffcv" else sys.executable
-                result = run_child(python, name, workload, paths, args)
-                runs.setdefault((workload, name), []).append(result)
-                shown = {k: v for k, v in result.items() if k != "rates"}
-                print(f"round {round_} {workload} {name}: {json.dumps(shown)}", flush=True)
+        measured: set[str] = set()
+        for workload, name in round_plan(args.workloads, contenders, round_):
+            if workload not in measured:  # the per-core figures, between the contenders' runs like them
+                measured.add(workload)
+                measure_limits(workload, paths, args.batch, round_, limits, ceilings)
+            python = args.ffcv_python if name == "ffcv" else sys.executable
+            result = run_child(python, name, workload, paths, args)
+            runs.setdefault((workload, name), []).append(result)
+            shown = {k: v for k, v in result.items() if k != "rates"}
+            print(f"round {round_} {workload} {name}: {json.dumps(shown)}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({f"{w}|{n}": r for (w, n), r in runs.items()}, indent=1))
-    print(summarise(runs, "ffcv" in contenders, limit, ceiling))
+    print(summarise(runs, "ffcv" in contenders, limits, ceilings))
 
 
 if __name__ == "__main__":
