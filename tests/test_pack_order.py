@@ -23,20 +23,13 @@ from readers import open_dataset, read_manifest, source_index, source_paths
 from readers.formats import format_names
 from readers.order import pack_order
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_formats import numbered_and_not
 from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_started
 
 SPEC = PreprocessSpec(resize=32)
 
 
-def _numbered_and_not() -> list[str]:
-    """One format whose samples carry their dataset index (tar keys) and one whose do not."""
-    from packer.formats import writer_class
-
-    stores = {name: writer_class(name).stores_indices for name in format_names()}
-    return [next(n for n, s in stores.items() if s), next(n for n, s in stores.items() if not s)]
-
-
-NUMBERED_AND_NOT = _numbered_and_not()
+NUMBERED_AND_NOT = numbered_and_not()
 
 
 def digest_tree(root: Path) -> dict[str, str]:
