@@ -5,7 +5,8 @@ would push the current file past ``shard_size`` bytes or ``samples_per_shard`` s
 holds at least one sample, so only a single sample larger than the limit makes a bigger file).
 The sha256 is computed while writing; each part also records its labels as runs (kept with the
 part in the progress file). ``finish`` renames every part's files, in order, to the dataset's
-shard names. A format says how a sample is encoded and how its index is written.
+shard names, and writes every label into one label file (readers/formats/label_file.py). A
+format says how a sample is encoded and how its index is written.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
+import numpy as np
+
 from packer.formats.base import FormatWriter, PartResult, PartWriter, add_label_runs
 from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
+from readers.formats.label_file import LABELS_DTYPE, LABELS_NAME, labels_entry
 from readers.manifest import Shard
 
 DEFAULT_SHARD_SIZE = 512 * 10**6
@@ -143,6 +147,14 @@ class RollingWriter(FormatWriter):
             os.replace(source, target)
         elif not target.exists():  # a resumed finish may already have renamed it
             raise ImgpackError(f"{source}: part file vanished before the pack finished; re-run with --force")
+
+    def label_file(self, runs: list[list[int]]) -> dict[str, Any]:
+        """Write every sample's label (``runs``: [label, count] pairs) as the format's label
+        file; its manifest ``extra`` entry (readers/formats/label_file.py)."""
+        table = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+        data = np.repeat(table[:, 0], table[:, 1]).astype(LABELS_DTYPE).tobytes()
+        self.write_file(LABELS_NAME, data)
+        return {"labels": labels_entry(data)}
 
     def place_shards(self, results: list[PartResult]) -> list[Shard]:
         """Rename the parts' files (and indexes) to the shard names, in order; the final shards."""
