@@ -152,7 +152,8 @@ def test_remote_packs_and_reads_use_the_label_file(s3, packed, tmp_path, fmt):
     fs, options = s3
     local = packed(fmt, options=SPLIT, **SPEC)
     out = f"s3://{BUCKET}/labels-{fmt}"
-    pack_folder(SAMPLE_DATA, out, fmt, PreprocessSpec(**SPEC), workers=1, options=SPLIT, storage_options=options)
+    spec = PreprocessSpec(**SPEC)
+    pack_folder(SAMPLE_DATA, out, fmt, spec, workers=1, options=SPLIT, storage_options=options)
     stored = fs.cat_file(f"{BUCKET}/labels-{fmt}/{LABELS_NAME}")
     assert stored == (local / LABELS_NAME).read_bytes()
     remote = open_reader(out, storage_options=options, verify=True)
