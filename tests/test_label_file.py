@@ -19,8 +19,8 @@ from readers.formats import format_named, format_names, open_reader
 from readers.formats.label_file import LABELS_NAME
 from readers.manifest import MANIFEST_NAME, read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_damage import edit_manifest
 from tests.s3server import BUCKET
-from tests.test_trust_read import edit_manifest
 
 # The formats that own a label file: a new format that keeps one gets these tests.
 WITH_LABEL_FILE = [name for name in format_names() if format_named(name).owns(LABELS_NAME)]

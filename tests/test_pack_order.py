@@ -77,36 +77,17 @@ def test_default_pack_writes_a_seeded_permutation_that_maps_back_to_the_source(t
 
 
 def test_order_source_keeps_the_source_order_and_the_seed_changes_the_permutation(tmp_path):
+    def pack(out: Path, *flags) -> None:
+        run_cli("imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", out, *flags, "-q", check=True)
+
     rels = [item.rel for item in scan_folder(SAMPLE_DATA).items]
-    run_cli(
-        "imagefolder",
-        SAMPLE_DATA,
-        "--to",
-        "lmdb",
-        "-o",
-        tmp_path / "src",
-        "--order",
-        "source",
-        "-q",
-        check=True,
-    )
+    pack(tmp_path / "src", "--order", "source")
     assert source_paths(tmp_path / "src") == rels
     assert read_manifest(tmp_path / "src").extra["order"]["kind"] == "source"
     targets = open_dataset(tmp_path / "src").targets
     assert list(targets) == sorted(targets)
     for seed in (0, 1):
-        run_cli(
-            "imagefolder",
-            SAMPLE_DATA,
-            "--to",
-            "lmdb",
-            "-o",
-            tmp_path / f"s{seed}",
-            "--seed",
-            seed,
-            "-q",
-            check=True,
-        )
+        pack(tmp_path / f"s{seed}", "--seed", seed)
     assert source_paths(tmp_path / "s0") != source_paths(tmp_path / "s1")
     assert sorted(source_paths(tmp_path / "s0")) == sorted(rels)
 

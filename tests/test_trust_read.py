@@ -20,9 +20,9 @@ from readers import open_dataset, open_iterable
 from readers.checksums import file_sha256
 from readers.errors import ChecksumError, DecodeError, ManifestError
 from readers.formats import format_names, open_reader
-from readers.manifest import SEAL_FIELD, seal_of
 from readers.record import ENCODING_CODES, HEADER
 from tests.conftest import cli_env, run_cli
+from tests.helpers_damage import edit_manifest
 
 SPLIT = {"samples_per_shard": 20}  # 44 samples: shards of 20, 20, 4
 
@@ -31,16 +31,6 @@ def copy_of(packed, fmt: str, tmp_path: Path) -> Path:
     root = tmp_path / fmt
     shutil.copytree(packed(fmt, options=SPLIT, resize=32, crop=32), root, symlinks=True)
     return root
-
-
-def edit_manifest(root: Path, change, reseal_manifest: bool = True) -> None:
-    """Apply ``change`` to the manifest; by default also update its own checksum (a careful editor)."""
-    path = root / "manifest.json"
-    data = json.loads(path.read_text())
-    change(data)
-    if reseal_manifest:
-        data[SEAL_FIELD] = seal_of(data)
-    path.write_text(json.dumps(data))
 
 
 def reseal(root: Path, shard: int, data_file: Path) -> None:

@@ -25,8 +25,9 @@ from readers.checksums import file_sha256
 from readers.errors import ImgpackError, ManifestError
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_damage import edit_manifest
+from tests.helpers_disks import mounted_tmpfs
 from tests.helpers_formats import formats_with_index_files, parts_hold_the_images
-from tests.test_trust_read import edit_manifest
 
 SPLIT = {"samples_per_shard": 20}  # 44 samples: shards of 20, 20, 4
 SMALL = {"resize": 32, "crop": 32}
@@ -442,14 +443,8 @@ def read_all_remote(url: str, options: dict, cache: Path) -> None:
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 16 KB tmpfs: smaller than one part of the test datasets."""
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True
-    )
-    assert proc.returncode == 0, f"cannot mount a tmpfs: {proc.stderr.decode().strip()}"
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
+    with mounted_tmpfs(tmp_path / "tiny", "16k") as mount:
+        yield mount
 
 
 @pytest.mark.parametrize("fmt", format_names())
