@@ -274,6 +274,7 @@ class RemoteOutput:
 
             def write_file(name: str, data: bytes) -> None:
                 self.call("uploading", self.fs.pipe_file, self.path(name), data)
+                self._listing = None  # listed afresh next time (a discard must see this object)
 
             writer.write_file = write_file  # type: ignore[method-assign]
         if how == "rename":
