@@ -408,8 +408,8 @@ def _swapped(text: str) -> str:
 
 @pytest.mark.parametrize(
     "fmt, damage, verify",
-    [("tar", _garbage, False), ("tar", _swapped, True), ("tfrecord", _garbage, False)],
-    ids=["tar-garbage", "tar-plausible-verify", "tfrecord-garbage"],
+    [*((fmt, _garbage, False) for fmt in formats_with_index_files()), ("tar", _swapped, True)],
+    ids=[*(f"{fmt}-garbage" for fmt in formats_with_index_files()), "tar-plausible-verify"],
 )
 def test_damaged_cached_index_is_fetched_again(s3, packed, tmp_path, fmt, damage, verify):
     fs, options = s3
