@@ -110,7 +110,8 @@ def test_a_missing_or_short_label_file_names_it(pack, damage):
     assert LABELS_NAME in verify_dataset(pack).problems[0]
     proc = run_cli("info", pack)  # info shows the order's class mix: from the labels
     assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [f"Error: {path}: " + (
-        "label file listed in the manifest is missing; copy it again or re-pack" if damage == "missing" else
+        f"label file listed in the manifest is missing; copy it again, or rebuild it with `pack reindex "
+        f"{pack}`" if damage == "missing" else
         "is a directory or special file, not the data file the manifest lists; copy that file again or "
         "re-pack the dataset" if damage == "directory" else
         "sha256 does not match the manifest (344 bytes, the manifest says 352) (corrupt or modified); "
@@ -123,12 +124,21 @@ def test_a_label_entry_that_does_not_count_the_samples_is_refused(pack):
         open_reader(pack).labels()
 
 
-def test_reindex_keeps_the_labels_and_force_removes_the_file(pack, tmp_path):
+def test_reindex_restores_the_label_file_and_force_removes_it(pack, tmp_path):
     labels = open_reader(pack).labels().tolist()
+    want = (pack / LABELS_NAME).read_bytes()
     for idx in pack.glob("*.idx"):
         idx.unlink()
-    reindex(pack)
+    assert str(pack / LABELS_NAME) not in reindex(pack)  # whole: left as it is
     assert open_reader(pack).labels().tolist() == labels and verify_dataset(pack).ok
+    (pack / LABELS_NAME).unlink()
+    proc = run_cli("reindex", pack)
+    assert proc.returncode == 0 and (pack / LABELS_NAME).read_bytes() == want, proc.stderr
+    (pack / LABELS_NAME).write_bytes(bytes(len(want)))  # damaged: every label 0
+    assert str(pack / LABELS_NAME) in reindex(pack) and (pack / LABELS_NAME).read_bytes() == want
+    edit_manifest(pack, lambda m: m["extra"]["labels"].update(sha256="0" * 64))  # shards disagree
+    with pytest.raises(ImgpackError, match=f"{LABELS_NAME}: the shards' labels are not those"):
+        reindex(pack)
     pack_folder(SAMPLE_DATA, pack, "lmdb", PreprocessSpec(**SPEC), workers=1, force=True)
     assert not (pack / LABELS_NAME).exists()  # the format's own file: --force may delete it
 

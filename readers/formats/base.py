@@ -280,7 +280,8 @@ class FormatReader:
                 st = os.stat(path)
             except FileNotFoundError:
                 raise ManifestError(
-                    f"{where}: label file listed in the manifest is missing; copy it again or re-pack"
+                    f"{where}: label file listed in the manifest is missing; copy it again, or "
+                    f"rebuild it with `pack reindex {self.root}`"
                 ) from None
             check_regular(st, where)
             if st.st_size != size:
