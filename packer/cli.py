@@ -418,7 +418,8 @@ def verify(dataset, no_decode, workers, storage_options, cache_dir, quiet, as_js
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 def reindex(dataset: str) -> None:
-    """Rebuild the shard index files (.idx) of DATASET from its shards (formats that keep one)."""
+    """Rebuild the shard index files (.idx) of DATASET from its shards (formats that keep one),
+    and a lost or damaged label file (labels.i64)."""
     from packer.formats.rolling import reindex as rebuild
 
     written = rebuild(dataset)

@@ -8,7 +8,13 @@ every format and moved with the image when ``--resize``/``--crop`` change it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import click
+
+from packer.cli_options import source_command
 
 COCO_HELP = """Pack the images of the COCO detection file ANNOTATIONS, with their boxes, into OUT.
 
@@ -24,19 +30,15 @@ reaching outside their image are clipped and counted.
 """
 
 
+@contextmanager
+def scan(annotations: str, root: str | None, skip_empty: bool) -> Iterator[Any]:
+    from packer.coco import coco_source
+
+    yield coco_source(annotations, root, skip_empty)
+
+
 def coco_command(group: click.Group) -> click.Command:
     """The ``coco`` command, built from ``group``'s ``imagefolder`` options."""
-    imagefolder = group.commands["imagefolder"]
-    shared = [p for p in imagefolder.params if p.name != "src"]
-
-    def run(annotations, root, skip_empty, **options):
-        from packer.cli_options import fail_on_a_bad_row
-        from packer.coco import coco_source
-
-        scan = coco_source(annotations, root, skip_empty)
-        fail_on_a_bad_row(scan, options["on_error"])
-        return imagefolder.callback(src=scan, **options)
-
     params = [
         click.Argument(["annotations"], metavar="ANNOTATIONS", type=click.Path(path_type=str)),
         click.Option(
@@ -46,6 +48,5 @@ def coco_command(group: click.Group) -> click.Command:
             help="Folder COCO's file_names are relative to [default: the annotation file's folder].",
         ),
         click.Option(["--skip-empty"], is_flag=True, help="Drop images that have no box."),
-        *shared,
     ]
-    return click.Command("coco", callback=run, params=params, help=COCO_HELP)
+    return source_command(group, "coco", COCO_HELP, params, scan)

@@ -266,6 +266,10 @@ def pack_folder(
         raise ImgpackError(f"order={order!r}; use one of {', '.join(PACK_ORDERS)}")
     workers = max(1, workers or os.cpu_count() or 1)
     writer = writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
+    if engine == "ray":
+        from packer.ray_engine import check_ray_address
+
+        check_ray_address(ray_address)  # before the output is touched
     if is_url(out):
         from packer.remote_output import check_remote_format
 

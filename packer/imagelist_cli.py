@@ -7,7 +7,13 @@ pack on the scan of the list instead of a class-folder tree.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import click
+
+from packer.cli_options import source_command
 
 LIST_HELP = """Pack the images listed in LIST (CSV, TSV or JSONL with a path and a label column) into OUT.
 
@@ -22,25 +28,21 @@ field values of the wrong type are skipped with a reason.
 """
 
 
+@contextmanager
+def scan(list_file, root, classes, path_column, label_column, no_header, suffix, fields, no_fields,
+         multi_label) -> Iterator[Any]:  # fmt: skip
+    from packer.imagelist import scan_list
+    from readers.errors import ImgpackError
+
+    wanted = [name.strip() for name in fields.split(",") if name.strip()] if fields else None
+    if wanted is not None and no_fields:
+        raise ImgpackError("--fields keeps the named columns and --no-fields drops them all: pass one")
+    yield scan_list(list_file, root, classes, path_column, label_column, not no_header, suffix,
+                    wanted, no_fields, multi_label)  # fmt: skip
+
+
 def imagelist_command(group: click.Group) -> click.Command:
     """The ``imagelist`` command, built from ``group``'s ``imagefolder`` options."""
-    imagefolder = group.commands["imagefolder"]
-    shared = [p for p in imagefolder.params if p.name != "src"]
-
-    def run(list_file, root, classes, path_column, label_column, no_header, suffix, fields, no_fields,
-            multi_label, **options):  # fmt: skip
-        from packer.cli_options import fail_on_a_bad_row
-        from packer.imagelist import scan_list
-        from readers.errors import ImgpackError
-
-        wanted = [name.strip() for name in fields.split(",") if name.strip()] if fields else None
-        if wanted is not None and no_fields:
-            raise ImgpackError("--fields keeps the named columns and --no-fields drops them all: pass one")
-        scan = scan_list(list_file, root, classes, path_column, label_column, not no_header, suffix,
-                         wanted, no_fields, multi_label)  # fmt: skip
-        fail_on_a_bad_row(scan, options["on_error"])
-        return imagefolder.callback(src=scan, **options)
-
     params = [
         click.Argument(["list_file"], metavar="LIST", type=click.Path(path_type=str)),
         click.Option(
@@ -69,6 +71,5 @@ def imagelist_command(group: click.Group) -> click.Command:
             help="The label column holds several labels split at SEP (or a JSON list): label -1, "
             "class indices in the field 'labels'.",
         ),
-        *shared,
     ]
-    return click.Command("imagelist", callback=run, params=params, help=LIST_HELP)
+    return source_command(group, "imagelist", LIST_HELP, params, scan)

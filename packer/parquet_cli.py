@@ -6,7 +6,15 @@ that command when the group registers this one) and packs ``packer.parquet_sourc
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
 import click
+
+from packer.cli_options import source_command
 
 PARQUET_HELP = """Pack the images of the Parquet/Arrow TABLE (a column of image bytes or paths) into OUT.
 
@@ -19,25 +27,17 @@ Image bytes are written to a temporary folder (--workdir) for the pack and remov
 """
 
 
+@contextmanager
+def scan(table: str, root: str | None, image_column: str | None, label_column: str | None,
+         workdir: str | None) -> Iterator[Any]:  # fmt: skip
+    from packer.parquet_source import parquet_source
+
+    with tempfile.TemporaryDirectory(prefix="imgpack-parquet-", dir=workdir) as scratch:
+        yield parquet_source(table, Path(scratch), root, image_column, label_column)
+
+
 def parquet_command(group: click.Group) -> click.Command:
     """The ``parquet`` command, built from ``group``'s ``imagefolder`` options."""
-    imagefolder = group.commands["imagefolder"]
-    shared = [p for p in imagefolder.params if p.name not in ("src", "resume")]
-
-    def run(table, root, image_column, label_column, workdir, **options):
-        import tempfile
-        from pathlib import Path
-
-        from packer.parquet_source import parquet_source
-        from readers.errors import ImgpackError
-
-        with tempfile.TemporaryDirectory(prefix="imgpack-parquet-", dir=workdir) as scratch:
-            scan = parquet_source(table, Path(scratch), root, image_column, label_column)
-            if scan.skipped and options["on_error"] == "fail":
-                first = scan.skipped[0]
-                raise ImgpackError(f"{first['path']}: {first['reason']} (--on-error fail stops at the first)")
-            return imagefolder.callback(src=scan, resume=False, **options)
-
     params = [
         click.Argument(["table"], metavar="TABLE", type=click.Path(path_type=str)),
         click.Option(["--root"], type=click.Path(path_type=str), default=None,
@@ -46,6 +46,5 @@ def parquet_command(group: click.Group) -> click.Command:
         click.Option(["--label-column"], default=None, help="Column with the label (integers or names)."),
         click.Option(["--workdir"], type=click.Path(path_type=str, file_okay=False), default=None,
                      help="Where image bytes are written for the pack [default: a temporary folder]."),
-        *shared,
     ]  # fmt: skip
-    return click.Command("parquet", callback=run, params=params, help=PARQUET_HELP)
+    return source_command(group, "parquet", PARQUET_HELP, params, scan, resumable=False)

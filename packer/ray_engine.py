@@ -84,6 +84,32 @@ def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
         os.replace(source, target)
 
 
+RAY_PROBE_TIMEOUT = 5.0  # seconds to reach a cluster's head before the address is called wrong
+RAY_ADDRESS_FIX = (
+    "give the host:port of a running Ray head (`ray start --head` prints it; ray:// for Ray "
+    "Client), or leave --ray-address out to start a local cluster"
+)
+
+
+def check_ray_address(address: str | None) -> None:
+    """Refuse, in one line, a ``--ray-address`` that no Ray head answers at: ``ray.init`` would
+    retry it for minutes, then end in a traceback."""
+    if address in (None, "", "auto", "local"):
+        return
+    assert address is not None
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ImgpackError(f"--ray-address {address}: not a host:port address; {RAY_ADDRESS_FIX}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_PROBE_TIMEOUT).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ImgpackError(
+            f"--ray-address {address}: no Ray cluster answers there ({reason}); {RAY_ADDRESS_FIX}"
+        ) from None
+
+
 def run_ray(job: PackJob, run: PartsRun) -> None:
     """Every part of ``run`` not done yet, one Ray task each (on ``job.ray_address``, or a
     local cluster started here)."""
@@ -93,6 +119,7 @@ def run_ray(job: PackJob, run: PartsRun) -> None:
         raise ImgpackError('--engine ray needs Ray: pip install "imgpack[ray]"') from None
     started_here = not ray.is_initialized()
     if started_here:
+        check_ray_address(job.ray_address)
         ray.init(
             address=job.ray_address,
             ignore_reinit_error=True,

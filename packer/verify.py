@@ -1,6 +1,7 @@
 """``pack verify``: re-check every shard checksum and decode every record, in parallel.
 
-The work is cut into units, every part's checksum first, then blocks of records, and run on
+The work is cut into units, every part's checksum first (and the label file's, whose labels must
+also be the records'), then blocks of records, and run on
 ``workers`` processes (each with its own reader). Results are taken in unit order and the same
 stopping rules apply as one process would (stop reading records after a structural error or
 ``MAX_PROBLEMS``), so the report is the same for any number of workers.
@@ -107,6 +108,17 @@ def _check_block(start: int, stop: int, decode: bool, checked: Checked) -> tuple
             except Exception as exc:  # noqa: BLE001 - report, keep checking the rest
                 problems.append(f"{reader.describe(index)} does not decode ({exc})")
     return problems, False
+
+
+def _check_labels() -> list[str]:
+    """Problems with the label file (its size, sha256 and values), where the format keeps one."""
+    reader = _reader
+    assert reader is not None
+    try:
+        reader.stored_labels()
+    except ImgpackError as exc:
+        return [str(exc)]
+    return []
 
 
 class _Runner:
@@ -217,6 +229,7 @@ def _verify(
             checked[0].update(local)
             checked[1].update(cached)
             bar.update()
+        report.problems += _check_labels()
         if report.problems:
             finished = True
             return report

@@ -6,7 +6,15 @@ that command when the group registers this one) and packs ``packer.webdataset_so
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
 import click
+
+from packer.cli_options import source_command
 
 WEBDATASET_HELP = """Pack WebDataset samples (files sharing a stem: x.jpg + x.cls/x.txt/x.json) into OUT.
 
@@ -19,25 +27,16 @@ Tar shards are unpacked into a temporary folder (--workdir) for the pack and rem
 """
 
 
+@contextmanager
+def scan(sources: tuple[str, ...], workdir: str | None) -> Iterator[Any]:
+    from packer.webdataset_source import webdataset_source
+
+    with tempfile.TemporaryDirectory(prefix="imgpack-wds-", dir=workdir) as scratch:
+        yield webdataset_source(list(sources), Path(scratch))
+
+
 def webdataset_command(group: click.Group) -> click.Command:
     """The ``webdataset`` command, built from ``group``'s ``imagefolder`` options."""
-    imagefolder = group.commands["imagefolder"]
-    shared = [p for p in imagefolder.params if p.name not in ("src", "resume")]
-
-    def run(sources, workdir, **options):
-        import tempfile
-        from pathlib import Path
-
-        from packer.webdataset_source import webdataset_source
-        from readers.errors import ImgpackError
-
-        with tempfile.TemporaryDirectory(prefix="imgpack-wds-", dir=workdir) as scratch:
-            scan = webdataset_source(list(sources), Path(scratch))
-            if scan.skipped and options["on_error"] == "fail":
-                first = scan.skipped[0]
-                raise ImgpackError(f"{first['path']}: {first['reason']} (--on-error fail stops at the first)")
-            return imagefolder.callback(src=scan, resume=False, **options)
-
     params = [
         click.Argument(
             ["sources"], metavar="SOURCE...", nargs=-1, required=True, type=click.Path(path_type=str)
@@ -48,6 +47,5 @@ def webdataset_command(group: click.Group) -> click.Command:
             default=None,
             help="Where tar shards are unpacked for the pack [default: the system's temporary folder].",
         ),
-        *shared,
     ]
-    return click.Command("webdataset", callback=run, params=params, help=WEBDATASET_HELP)
+    return source_command(group, "webdataset", WEBDATASET_HELP, params, scan, resumable=False)

@@ -23,6 +23,10 @@ def sha256_of(fileobj: IO[bytes], chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def sha256_of_bytes(data: Buffer) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     with open(path, "rb") as fh:
         return sha256_of(fh)

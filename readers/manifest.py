@@ -191,14 +191,14 @@ def _read_remote_manifest(root: str, storage_options: dict[str, Any] | None) -> 
     return Manifest.from_dict(data, where=url)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write text to path so that readers see either the old file or the complete new one."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write text (or bytes) to path so that readers see either the old file or the complete new one."""
     path = Path(path)
     # A plain open (not mkstemp's 0600) so the file honours the umask like the data files.
     tmp = path.with_name(f".{path.name.lstrip('.')}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(text if isinstance(text, bytes) else text.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -195,11 +195,12 @@ _warned: set[tuple] = set()
 
 def cheap_labels(reader: Any) -> np.ndarray | None:
     """Every label of ``reader`` when that costs no pass over the data (else None): from the
-    manifest's label runs, or a local reader's own label table."""
+    format's label file (or an older pack's label runs), or a local reader's own label table."""
     from readers.formats.base import FormatReader
 
-    if "label_runs" in reader.manifest.extra:
-        return reader.labels()
+    stored = reader.stored_labels() if isinstance(reader, FormatReader) else None
+    if stored is not None:
+        return stored
     if not reader.remote and type(reader).labels is not FormatReader.labels:
         return reader.labels()
     return None

@@ -20,6 +20,11 @@ CATEGORIES = {7: ("red", (255, 0, 0)), 3: ("green", (0, 255, 0)), 12: ("bleu cla
 CLASSES = [CATEGORIES[i][0] for i in sorted(CATEGORIES)]  # the classes pack coco must produce
 
 
+def coco_pack_args(coco: Path, fmt: str, out: Path, *more: str) -> list[str]:
+    """``pack coco`` arguments for the set ``make_coco`` made: its JSON, images, ``--to fmt -o out``."""
+    return ["coco", str(coco), "--root", str(coco.parent / "images"), "--to", fmt, "-o", str(out), *more]
+
+
 def make_coco(folder: Path, count: int = 300, empty: int = 4, seed: int = 0) -> Path:
     """``count`` images under ``folder/images`` (the last ``empty`` without a box) and
     ``folder/instances.json``; returns the JSON's path."""

@@ -14,7 +14,7 @@ from packer.cli import main
 from readers import RandomResizedCrop, make_loader, open_dataset, open_iterable
 from readers.dali import dali_loader
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import colour_of, find_rectangle, iou, make_coco
+from tests.cocodata import coco_pack_args, colour_of, find_rectangle, iou, make_coco
 
 SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
 
@@ -33,18 +33,8 @@ def packed(coco, tmp_path_factory):
     out = {}
     for fmt in formats_storing_fields():
         dest = tmp_path_factory.mktemp("packed") / fmt
-        args = [
-            "coco",
-            str(coco),
-            "--root",
-            str(coco.parent / "images"),
-            "--to",
-            fmt,
-            "-o",
-            str(dest),
-            *SOURCE_ORDER,
-        ]
-        result = CliRunner().invoke(main, [*args, "--workers", "1", "-q"])
+        args = coco_pack_args(coco, fmt, dest, *SOURCE_ORDER, "--workers", "1", "-q")
+        result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
         out[fmt] = dest
     return out
@@ -188,19 +178,8 @@ def coco_tfrecord(coco, tmp_path_factory):
     """The COCO set packed to TFRecord with --resize 80 (boxes moved at pack time), small shards;
     PNG, so a re-encoded JPEG's chroma blur does not move the rectangles' found edges."""
     dest = tmp_path_factory.mktemp("tfr") / "tfr"
-    args = [
-        "coco",
-        str(coco),
-        "--root",
-        str(coco.parent / "images"),
-        "--to",
-        "tfrecord",
-        "-o",
-        str(dest),
-        *SOURCE_ORDER,
-    ]
     options = ["--resize", "80", "--encode", "png", "--samples-per-shard", "64", "-q"]
-    result = CliRunner().invoke(main, [*args, *options])
+    result = CliRunner().invoke(main, coco_pack_args(coco, "tfrecord", dest, *SOURCE_ORDER, *options))
     assert result.exit_code == 0, result.output
     records = sorted(dest.glob("*.tfrecord"))
     return dest, [str(p) for p in records], [str(p.with_suffix(".idx")) for p in records]

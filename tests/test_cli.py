@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ from click.testing import CliRunner
 from packer.cli import main, parse_size
 from readers import read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_disks import mounted_tmpfs
 
 
 def invoke(*args):
@@ -114,24 +114,10 @@ def test_user_mistakes_get_one_line_errors(tmp_path, args, message):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-@contextlib.contextmanager
-def tiny_filesystem(path, size: str, readonly: bool = False):
-    path.mkdir()
-    options = f"size={size}" + (",ro" if readonly else "")
-    if subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True
-    ).returncode:
-        raise AssertionError("mounting a tmpfs needs root (CI runs as root)")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 @pytest.mark.root
 @pytest.mark.parametrize("readonly", [False, True])
 def test_full_or_readonly_disk(tmp_path, readonly):
-    with tiny_filesystem(tmp_path / "mnt", "256k", readonly) as mnt:
+    with mounted_tmpfs(tmp_path / "mnt", "256k", readonly) as mnt:
         proc = run_cli("imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", mnt / "ds", "--encode", "png")
         assert proc.returncode != 0
         assert "Traceback" not in proc.stderr

@@ -14,7 +14,7 @@ from packer.cli import main
 from packer.coco import coco_source, scan_coco
 from readers.errors import ImgpackError
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import CLASSES, colour_of, find_rectangle, iou, make_coco
+from tests.cocodata import CLASSES, coco_pack_args, colour_of, find_rectangle, iou, make_coco
 
 
 @pytest.fixture(scope="module")
@@ -163,10 +163,8 @@ def _stored_boxes_frame_rectangles(out, spec_crop: int | None) -> int:
 @pytest.mark.parametrize("fmt", formats_storing_fields())
 def test_pack_coco_cli_moves_boxes_with_resize_and_crop(coco, tmp_path, fmt):
     out = tmp_path / f"out-{fmt}"
-    args = ["coco", coco, "--root", coco.parent / "images", "--to", fmt, "-o", out]
-    result = CliRunner().invoke(
-        main, [*map(str, args), "--resize", "48", "--crop", "40", "--workers", "1", "-q"]
-    )
+    args = coco_pack_args(coco, fmt, out, "--resize", "48", "--crop", "40", "--workers", "1", "-q")
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["classes"] == CLASSES and manifest["num_samples"] == 40

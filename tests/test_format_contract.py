@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import shutil
 import signal
 import time
@@ -35,9 +34,10 @@ from readers.formats import format_named, format_names, open_reader, register_fo
 from readers.formats.base import FormatReader
 from readers.formats.format import COMMON_READER_OPTIONS
 from readers.formats.registry import PLUGINS_ENV
-from readers.manifest import SEAL_FIELD, read_manifest, seal_of
+from readers.manifest import read_manifest
 from tests import npyformat
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_damage import edit_manifest, flip_byte
 from tests.packrun import (
     SLOW_PACK,
     copy_source,
@@ -81,23 +81,6 @@ def copy_of(path: Path, tmp_path: Path) -> Path:
     root = tmp_path / "copy"
     shutil.copytree(path, root, symlinks=True)
     return root
-
-
-def edit_manifest(root: Path, change, reseal: bool = True) -> None:
-    path = root / "manifest.json"
-    data = json.loads(path.read_text())
-    change(data)
-    if reseal:
-        data[SEAL_FIELD] = seal_of(data)
-    path.write_text(json.dumps(data))
-
-
-def flip_byte(path: Path, offset: int) -> None:
-    with open(path, "r+b") as fh:
-        fh.seek(offset)
-        byte = fh.read(1)
-        fh.seek(offset)
-        fh.write(bytes([byte[0] ^ 0xFF]))
 
 
 def stored(path: str | Path, **options) -> list[tuple[bytes, int]]:
@@ -197,7 +180,7 @@ def test_labels_outside_the_classes_are_refused(fmt, small, tmp_path):
 
 def test_edited_manifest_is_caught_by_verify(fmt, small, tmp_path):
     root = copy_of(small, tmp_path)
-    edit_manifest(root, lambda m: m["classes"].__setitem__(0, "renamed"), reseal=False)
+    edit_manifest(root, lambda m: m["classes"].__setitem__(0, "renamed"), reseal_manifest=False)
     assert open_dataset(root).classes[0] == "renamed"  # a deliberate edit reads without verify
     with pytest.raises(ChecksumError, match="manifest.json: does not match its manifest_sha256"):
         open_reader(root, verify=True)

@@ -4,13 +4,13 @@ progress and manifest writes. Each ends in one clear line, no crash, and nothing
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 
 from packer.verify import verify_dataset
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA
+from tests.helpers_disks import mounted_tmpfs
 from tests.packrun import copy_source, run_pack, syscall_count
 
 pytestmark = pytest.mark.root  # mounts a 20 MB tmpfs
@@ -19,15 +19,8 @@ pytestmark = pytest.mark.root  # mounts a 20 MB tmpfs
 @pytest.fixture
 def small_disk(tmp_path):
     """A 20 MB tmpfs mounted for the test (and unmounted after it)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)], capture_output=True
-    )
-    # CI runs as root, where this works: a refused mount is a failure, not a skip that hides the test.
-    assert proc.returncode == 0, f"cannot mount a tmpfs (disk-full tests): {proc.stderr.decode().strip()}"
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
+    with mounted_tmpfs(tmp_path / "disk", "20m") as mount:
+        yield mount
 
 
 def assert_one_line_error(rc: int, text: str, *words: str) -> None:

@@ -23,20 +23,13 @@ from readers import open_dataset, read_manifest, source_index, source_paths
 from readers.formats import format_names
 from readers.order import pack_order
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_formats import numbered_and_not
 from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_started
 
 SPEC = PreprocessSpec(resize=32)
 
 
-def _numbered_and_not() -> list[str]:
-    """One format whose samples carry their dataset index (tar keys) and one whose do not."""
-    from packer.formats import writer_class
-
-    stores = {name: writer_class(name).stores_indices for name in format_names()}
-    return [next(n for n, s in stores.items() if s), next(n for n, s in stores.items() if not s)]
-
-
-NUMBERED_AND_NOT = _numbered_and_not()
+NUMBERED_AND_NOT = numbered_and_not()
 
 
 def digest_tree(root: Path) -> dict[str, str]:
@@ -84,36 +77,17 @@ def test_default_pack_writes_a_seeded_permutation_that_maps_back_to_the_source(t
 
 
 def test_order_source_keeps_the_source_order_and_the_seed_changes_the_permutation(tmp_path):
+    def pack(out: Path, *flags) -> None:
+        run_cli("imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", out, *flags, "-q", check=True)
+
     rels = [item.rel for item in scan_folder(SAMPLE_DATA).items]
-    run_cli(
-        "imagefolder",
-        SAMPLE_DATA,
-        "--to",
-        "lmdb",
-        "-o",
-        tmp_path / "src",
-        "--order",
-        "source",
-        "-q",
-        check=True,
-    )
+    pack(tmp_path / "src", "--order", "source")
     assert source_paths(tmp_path / "src") == rels
     assert read_manifest(tmp_path / "src").extra["order"]["kind"] == "source"
     targets = open_dataset(tmp_path / "src").targets
     assert list(targets) == sorted(targets)
     for seed in (0, 1):
-        run_cli(
-            "imagefolder",
-            SAMPLE_DATA,
-            "--to",
-            "lmdb",
-            "-o",
-            tmp_path / f"s{seed}",
-            "--seed",
-            seed,
-            "-q",
-            check=True,
-        )
+        pack(tmp_path / f"s{seed}", "--seed", seed)
     assert source_paths(tmp_path / "s0") != source_paths(tmp_path / "s1")
     assert sorted(source_paths(tmp_path / "s0")) == sorted(rels)
 

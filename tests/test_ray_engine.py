@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import socket
 
 import pytest
 
@@ -10,7 +11,7 @@ from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from readers import read_manifest
 from tests.badinput import make_bad_corpus
-from tests.conftest import SAMPLE_DATA
+from tests.conftest import SAMPLE_DATA, run_cli
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -66,3 +67,28 @@ def test_ray_tasks_read_from_and_upload_to_s3(ray_cluster, s3, tmp_path, monkeyp
     assert report.engine == "ray" and report.packed == 44
     reference = pack_folder(SAMPLE_DATA, tmp_path / "local", "tar", SPEC, workers=1, options={"shards": 3})
     assert_same_dataset(download(fs, out, tmp_path / "got"), reference.out)
+
+
+def test_a_bad_ray_address_is_one_line_and_a_real_one_packs(ray_cluster, tmp_path):
+    import ray
+
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    out = tmp_path / "out"
+    for address, reason in (
+        ("bogus:1", "no Ray cluster answers there"),
+        (f"127.0.0.1:{closed}", "no Ray cluster answers there (Connection refused)"),
+        ("bogus", "not a host:port address"),
+    ):
+        proc = run_cli("imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", out, "--engine", "ray",
+                       "--ray-address", address, "-q", timeout=60)  # fmt: skip
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+        assert f"--ray-address {address}: {reason}" in lines[0] and "ray start --head" in lines[0]
+        assert not out.exists()  # refused before the output is touched
+    head = ray.get_runtime_context().gcs_address  # this test's real cluster: a second driver joins it
+    proc = run_cli("imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", out, "--engine", "ray",
+                   "--ray-address", head, "--resize", "32", "-q")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert read_manifest(out).num_samples == 44

@@ -18,6 +18,7 @@ from readers.errors import ChecksumError, ManifestError
 from readers.formats import format_names, open_reader
 from readers.manifest import read_manifest, write_manifest
 from tests.conftest import run_cli
+from tests.helpers_damage import flip_byte
 from tests.s3server import BUCKET
 
 FORMATS = format_names()
@@ -42,14 +43,6 @@ def upload(s3, local: Path, name: str) -> str:
 def all_records(reader) -> list[tuple]:
     records = reader.read_block(0, len(reader))
     return [(bytes(r.data), r.label, r.height, r.width, r.channels) for r in records]
-
-
-def flip_byte(path: Path, offset: int) -> None:
-    with open(path, "r+b") as fh:
-        fh.seek(offset)
-        byte = fh.read(1)
-        fh.seek(offset)
-        fh.write(bytes([byte[0] ^ 0xFF]))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -77,23 +77,11 @@ def test_boxes_drawn_and_non_ascii_class_names_have_glyphs(tmp_path):
     from packer.cli import main
     from packer.show import BOX, caption_font
     from readers import open_dataset
-    from tests.cocodata import make_coco
+    from tests.cocodata import coco_pack_args, make_coco
 
     coco = make_coco(tmp_path / "coco", count=12, empty=0)
     out = tmp_path / "coco.lmdb"
-    args = [
-        "coco",
-        str(coco),
-        "--root",
-        str(coco.parent / "images"),
-        "--to",
-        "lmdb",
-        "-o",
-        str(out),
-        "-q",
-        *SOURCE_ORDER,
-    ]
-    assert CliRunner().invoke(main, args).exit_code == 0
+    assert CliRunner().invoke(main, coco_pack_args(coco, "lmdb", out, "-q", *SOURCE_ORDER)).exit_code == 0
     sheet, chosen = contact_sheet(out, n=4, cell=128)
     pixels = np.asarray(sheet)
     outlined = np.all(pixels == BOX, axis=2)

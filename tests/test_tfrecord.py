@@ -132,16 +132,16 @@ def test_dali_tfrecord_reader_uses_our_indexes(packed):
         assert np.array_equal(image, decode_array(reader.read(i)))
 
 
-def label_runs_match_the_records(root) -> None:
+def label_file_matches_the_records(root) -> None:
     reader = open_reader(root)
-    stored = json.loads((root / MANIFEST_NAME).read_text())["extra"]["label_runs"]
+    entry = json.loads((root / MANIFEST_NAME).read_text())["extra"]["labels"]
+    stored = np.fromfile(root / entry["file"], dtype="<i8").tolist()
     labels = [reader.read(i).label for i in range(len(reader))]
-    runs = np.repeat([v for v, _ in stored], [c for _, c in stored]).tolist()
-    assert runs == labels == reader.labels().tolist()
+    assert stored == labels == reader.labels().tolist()
 
 
-def test_label_runs_span_parts_and_shards(packed):
-    label_runs_match_the_records(packed("tfrecord", options={"samples_per_shard": 7}, **PNG))
+def test_label_file_spans_parts_and_shards(packed):
+    label_file_matches_the_records(packed("tfrecord", options={"samples_per_shard": 7}, **PNG))
 
 
 def damaged_copy(root, tmp_path, where) -> tuple:
@@ -211,7 +211,7 @@ def test_cli_packs_tfrecord_and_verify_passes(sample_dir, tmp_path):
         check=True,
     )
     assert run_cli("verify", out).returncode == 0
-    label_runs_match_the_records(out)
+    label_file_matches_the_records(out)
 
 
 def test_check_crc_false_skips_only_the_data_crc(packed, tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from packer.imagelist import scan_list
 from readers import read_manifest
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_disks import mounted_tmpfs
 from tests.packrun import copy_source
 
 
@@ -211,16 +211,8 @@ def test_a_decoder_error_without_a_message_is_named_by_its_type(monkeypatch, tmp
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A real 256 KiB tmpfs, mounted for the test (root only, as in CI) and unmounted after it."""
-    mount = tmp_path / "tiny-disk"
-    mount.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True
-    )
-    assert proc.returncode == 0, f"cannot mount a tmpfs (disk-full tests run as root): {proc.stderr.decode()}"
-    try:
+    with mounted_tmpfs(tmp_path / "tiny-disk", "256k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 @pytest.mark.root

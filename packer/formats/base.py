@@ -104,6 +104,13 @@ class FormatWriter:
         self.check_encoding()
         self.check_options()
 
+    def write_file(self, name: str, data: bytes) -> None:
+        """Write the output's file ``name`` at the end of a pack, atomically (a remote output
+        replaces this, as it does ``move``)."""
+        from readers.manifest import write_atomic
+
+        write_atomic(self.out / name, data)
+
     @property
     def accepted_options(self) -> tuple[str, ...]:
         """The pack options (``--shard-size`` -> ``shard_size``) this format declares in its

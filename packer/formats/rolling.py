@@ -5,7 +5,8 @@ would push the current file past ``shard_size`` bytes or ``samples_per_shard`` s
 holds at least one sample, so only a single sample larger than the limit makes a bigger file).
 The sha256 is computed while writing; each part also records its labels as runs (kept with the
 part in the progress file). ``finish`` renames every part's files, in order, to the dataset's
-shard names. A format says how a sample is encoded and how its index is written.
+shard names, and writes every label into one label file (readers/formats/label_file.py). A
+format says how a sample is encoded and how its index is written.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar
 
+import numpy as np
+
 from packer.formats.base import FormatWriter, PartResult, PartWriter, add_label_runs
 from packer.preprocess import PackedSample
+from readers.checksums import file_sha256, sha256_of_bytes
 from readers.errors import ImgpackError
-from readers.manifest import Shard
+from readers.formats.label_file import LABELS_DTYPE, LABELS_NAME, labels_entry, parse_entry
+from readers.manifest import Manifest, Shard, write_atomic
 
 DEFAULT_SHARD_SIZE = 512 * 10**6
 DEFAULT_SAMPLES_PER_PART = 10_000
@@ -144,6 +149,14 @@ class RollingWriter(FormatWriter):
         elif not target.exists():  # a resumed finish may already have renamed it
             raise ImgpackError(f"{source}: part file vanished before the pack finished; re-run with --force")
 
+    def label_file(self, runs: list[list[int]]) -> dict[str, Any]:
+        """Write every sample's label (``runs``: [label, count] pairs) as the format's label
+        file; its manifest ``extra`` entry (readers/formats/label_file.py)."""
+        table = np.asarray(runs, dtype=np.int64).reshape(-1, 2)
+        data = np.repeat(table[:, 0], table[:, 1]).astype(LABELS_DTYPE).tobytes()
+        self.write_file(LABELS_NAME, data)
+        return {"labels": labels_entry(data)}
+
     def place_shards(self, results: list[PartResult]) -> list[Shard]:
         """Rename the parts' files (and indexes) to the shard names, in order; the final shards."""
         shards: list[Shard] = []
@@ -159,10 +172,11 @@ class RollingWriter(FormatWriter):
 
 
 def reindex(dataset: str | os.PathLike) -> list[str]:
-    """Rebuild every shard's ``.idx`` of a tar or tfrecord DATASET from the shards; the files written."""
+    """Rebuild every shard's ``.idx`` of a tar or tfrecord DATASET from the shards, and a lost or
+    damaged label file; the files written."""
     from readers.formats.format import load
     from readers.formats.registry import format_named, registered
-    from readers.manifest import read_manifest, write_atomic
+    from readers.manifest import read_manifest
 
     root = Path(dataset)
     manifest = read_manifest(root)
@@ -187,4 +201,32 @@ def reindex(dataset: str | os.PathLike) -> list[str]:
         write_atomic(target, text)
         os.chmod(target, 0o644)
         written.append(str(target))
-    return written
+    return written + restore_label_file(root, manifest)
+
+
+def restore_label_file(root: Path, manifest: Manifest) -> list[str]:
+    """Write the label file back from the shards' records when it is missing or damaged (``[]``
+    when it is whole); refused when the records' labels are not those the manifest's checksum of
+    it records."""
+    from readers.formats import open_reader
+
+    entry = manifest.extra.get("labels")
+    if entry is None:
+        return []
+    name, _, sha = parse_entry(entry, manifest.num_samples, f"{root}: manifest field 'extra.labels'")
+    path = root / name
+    if path.is_file() and file_sha256(path) == sha:
+        return []
+    reader = open_reader(root)
+    try:  # shard by shard: a block holds its images too
+        labels = [r.label for s in manifest.shards for r in reader.read_block(s.first, s.stop)]
+    finally:
+        reader.close()
+    data = np.asarray(labels, dtype=LABELS_DTYPE).tobytes()
+    if sha256_of_bytes(data) != sha:
+        raise ImgpackError(
+            f"{path}: the shards' labels are not those the manifest records for the label file "
+            "(shards replaced or modified?); re-pack the dataset"
+        )
+    write_atomic(path, data)
+    return [str(path)]

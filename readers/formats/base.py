@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from readers.checksums import check_against_manifest, file_sha256, sha256_of
-from readers.errors import DatasetReplacedError, ImgpackError, ManifestError
+from readers.checksums import REMOTE_FIX, check_against_manifest, file_sha256, sha256_of, sha256_of_bytes
+from readers.errors import ChecksumError, DatasetReplacedError, ImgpackError, ManifestError
 from readers.fields import decode, typed
+from readers.formats.label_file import LABELS_DTYPE, parse_entry
 from readers.manifest import Manifest
 from readers.paths import inside
 from readers.record import Record
@@ -213,6 +214,8 @@ class FormatReader:
             labels = [r.label for r in got]
             if labels and (min(labels) < self.lowest_label or max(labels) >= len(self.manifest.classes)):
                 self.check_labels(labels, self.describe(index))
+            if self.verify:
+                self.check_stored_labels(got, index)
             if self.manifest.fields:
                 got = [self.typed_fields(r, index + k) for k, r in enumerate(got)]
             records += got
@@ -220,17 +223,73 @@ class FormatReader:
         return records
 
     def labels(self) -> np.ndarray:
-        """Every sample's label (int64): from the manifest's ``label_runs`` where the writer
-        recorded them ([[label, count], ...], tar and tfrecord), else read record by record."""
+        """Every sample's label (int64): from the format's label file or (older packs) the
+        manifest's ``label_runs`` where the writer stored them, else read record by record."""
+        stored = self.stored_labels()
+        if stored is not None:
+            return stored
         cached = self.__dict__.get("_label_array")
+        if cached is None:
+            cached = np.fromiter((self.read(i).label for i in range(len(self))), np.int64, count=len(self))
+            self._label_array = cached
+        return cached
+
+    def stored_labels(self) -> np.ndarray | None:
+        """The labels the writer stored apart from the records: the label file named by the
+        manifest's ``extra.labels`` (tar, tfrecord), or its ``extra.label_runs`` ([label, count]
+        pairs, packs of imgpack before the label file); None where neither is recorded."""
+        cached = self.__dict__.get("_stored_labels")
         if cached is not None:
             return cached
-        runs = self.manifest.extra.get("label_runs")
-        if runs is not None:
-            labels = self._run_labels(runs)
+        extra = self.manifest.extra
+        if "labels" in extra:
+            labels = self._file_labels(extra["labels"])
+        elif "label_runs" in extra:
+            labels = self._run_labels(extra["label_runs"])
         else:
-            labels = np.fromiter((self.read(i).label for i in range(len(self))), np.int64, count=len(self))
-        self._label_array = labels
+            return None
+        self._stored_labels = labels
+        return labels
+
+    def check_stored_labels(self, records: list[Record], start: int) -> None:
+        """With ``verify``: the records' labels must be those stored apart (the label file)."""
+        stored = self.stored_labels()
+        if stored is None:
+            return
+        for index, record in enumerate(records, start):
+            if record.label != stored[index]:
+                raise ChecksumError(
+                    f"{self.describe(index)}: label {record.label} in the record but {int(stored[index])} "
+                    "in the label file, although both match their checksums (one was modified and "
+                    "resealed); re-pack the dataset"
+                )
+
+    def _file_labels(self, entry: Any) -> np.ndarray:
+        """Labels from the label file (readers/formats/label_file.py): its size always checked,
+        its sha256 with ``verify``, its values against the classes."""
+        name, size, sha = parse_entry(entry, len(self), f"{self.root}: manifest field 'extra.labels'")
+        where = self.location(name)
+        if self.parts is not None:
+            data = self.parts.read(name)
+            if len(data) != size or self.verify:
+                check_against_manifest(where, sha256_of_bytes(data), sha, len(data), size, REMOTE_FIX)
+            labels = np.frombuffer(data, dtype=LABELS_DTYPE)
+        else:
+            path = self.part_path(name)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                raise ManifestError(
+                    f"{where}: label file listed in the manifest is missing; copy it again, or "
+                    f"rebuild it with `pack reindex {self.root}`"
+                ) from None
+            check_regular(st, where)
+            if st.st_size != size:
+                check_against_manifest(where, "", sha, st.st_size, size)
+            self.check_sha256(path, sha, where)
+            labels = np.fromfile(path, dtype=LABELS_DTYPE, count=len(self))
+        labels = labels.astype(np.int64)  # native order, writable, whatever the file's
+        self.check_labels(labels, where)
         return labels
 
     def _run_labels(self, runs: Any) -> np.ndarray:

@@ -149,7 +149,7 @@ class TarWriter(RollingWriter):
             raise ImgpackError(f"--shard-size {size} is too small for a tar shard; use e.g. 512MB")
 
     def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict]:
-        """Rename the parts' files to shard-000000.tar... in order; collect the label runs."""
+        """Rename the parts' files to shard-000000.tar... in order; write the label file."""
         shards = self.place_shards(results)
         runs: list[list[int]] = []
         if all("label_runs" in result.extra for result in results):
@@ -158,7 +158,7 @@ class TarWriter(RollingWriter):
         else:  # parts finished by an imgpack that did not record their labels
             for shard in shards:
                 add_label_runs(runs, self._labels(shard.file))
-        return shards, {"index": "webdataset v1.2 (wds2idx)", "label_runs": runs}
+        return shards, {"index": "webdataset v1.2 (wds2idx)", **self.label_file(runs)}
 
     def _labels(self, name: str) -> list[int]:
         """Labels of a written shard, read back from its ``.json`` members."""

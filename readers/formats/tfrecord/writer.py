@@ -69,7 +69,7 @@ class TfrecordWriter(RollingWriter):
         runs: list[list[int]] = []
         for result in results:
             add_label_runs(runs, result.extra.get("label_runs", []), counted=True)
-        return self.place_shards(results), {"index": "tfrecord2idx", "label_runs": runs}
+        return self.place_shards(results), {"index": "tfrecord2idx", **self.label_file(runs)}
 
 
 def shard_index(fileobj, where: str) -> tuple[int, str]:
