@@ -142,10 +142,5 @@ class RecordStream(EpochStream):
         if self.fields is None:
             return None
         plan = self.fields
-        geometries: list[Any] = [None] * len(records)
-        if plan.wants_geometry:
-            geometries = self._geometries(records, indices, epoch)
-        targets = [plan.one(r.label, r.fields, g) for r, g in zip(records, geometries)]
-        collated = plan.collate(targets, None)
-        del collated["label"]
-        return collated
+        geometries = self._geometries(records, indices, epoch) if plan.wants_geometry else None
+        return plan.batch([r.fields for r in records], geometries)

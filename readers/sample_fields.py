@@ -5,7 +5,10 @@ target ``{"label": ..., name: value, ...}``; boxes follow the geometry applied t
 (``readers.boxes.transform_boxes`` with the sample's exact ``SampleGeometry``) and every
 "box_ints" field is filtered with the boxes kept; "geometry" is that geometry as plain numbers.
 Per batch it collates: numbers as tensors, strings and JSON as lists, number lists and boxes as a
-list of tensors, or (``pad_fields``) one padded tensor plus ``<name>_count``.
+list of tensors, or (``pad_fields``) one padded tensor plus ``<name>_count``. ``batch`` does for a
+whole batch what ``one`` then ``collate`` do sample by sample, with the same result: the batch's
+boxes move as one NumPy computation (``transform_box_batch``) and stay concatenated until split or
+padded, so the per-sample Python work is a dictionary lookup per field.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from readers.boxes import SampleGeometry, transform_boxes
+from readers.boxes import SampleGeometry, transform_box_batch, transform_boxes
 from readers.errors import OptionError
-from readers.fields import select
+from readers.fields import Ragged, select
 
 VARIABLE = ("ints", "floats", "boxes", "box_ints")
 
@@ -83,18 +86,93 @@ class FieldPlan:
         for name in self.names:
             values = [t[name] for t in targets]
             kind = self.schema.get(name, "json")
-            if kind == "int" and all(v is not None for v in values):
-                out[name] = np.asarray(values, dtype=np.int64)
-            elif kind == "float" and all(v is not None for v in values):
-                out[name] = np.asarray(values, dtype=np.float32)
-            elif kind in VARIABLE:
+            if kind in VARIABLE:
                 arrays = [np.asarray(v if v is not None else [], dtype=_dtype(kind)) for v in values]
                 out[name] = arrays
                 if self.pad:
                     out[name], out[f"{name}_count"] = _padded(arrays, kind)
             else:
-                out[name] = values
+                out.update(self._collate_column(name, kind, values))
         return out
+
+    @staticmethod
+    def _collate_column(name: str, kind: str, values: list[Any]) -> dict[str, Any]:
+        """A fixed-size field's values: int64/float32 arrays when every sample has one, else a list."""
+        if kind == "int" and all(v is not None for v in values):
+            return {name: np.asarray(values, dtype=np.int64)}
+        if kind == "float" and all(v is not None for v in values):
+            return {name: np.asarray(values, dtype=np.float32)}
+        return {name: values}
+
+
+
+    def batch(self, stored: Sequence[Any], geometries: Sequence[SampleGeometry] | None) -> dict[str, Any]:
+        """A batch's collated fields (no label) from each sample's typed ``stored`` fields and, when
+        ``wants_geometry``, its geometry: what ``collate`` of ``one`` per sample gives, except that
+        a list of arrays comes as a ``readers.fields.Ragged`` (``as_tensors`` makes it that list)."""
+        values = [s if isinstance(s, dict) else {} for s in stored]
+        moved = None
+        if geometries is not None and self.boxes is not None:
+            boxes = [_array(v.get(self.boxes), "boxes") for v in values]
+            if not self._aligned(values, boxes):  # per-box values that do not count the boxes
+                targets = [self.one(0, s, g) for s, g in zip(stored, geometries)]
+                collated = self.collate(targets, None)
+                del collated["label"]
+                return collated
+            moved = transform_box_batch(boxes, geometries, self.min_visibility)
+        out: dict[str, Any] = {}
+        for name in self.names:
+            kind = self.schema.get(name, "json")
+            if name == "geometry":
+                out[name] = [None if g is None else g.as_dict() for g in geometries or [None] * len(values)]
+            elif kind not in VARIABLE:
+                out.update(self._collate_column(name, kind, [v.get(name) for v in values]))
+            else:
+                if moved is not None and (name == self.boxes or kind == "box_ints"):
+                    rows, counts = moved.boxes, moved.counts
+                    if kind == "box_ints":
+                        rows = _concat([_array(v.get(name), kind) for v in values], kind)[moved.keep]
+                else:
+                    arrays = [_array(v.get(name), kind) for v in values]
+                    rows = _concat(arrays, kind)
+                    counts = np.fromiter((len(a) for a in arrays), np.int64, len(arrays))
+                out[name] = Ragged(rows, counts)
+                if self.pad:
+                    out[name], out[f"{name}_count"] = _padded_rows(rows, counts, kind)
+        return out
+
+    def _aligned(self, values: list[dict[str, Any]], boxes: list[np.ndarray]) -> bool:
+        """Every sample has its boxes and as many values of each box_ints field as boxes (what
+        ``readers.fields.typed`` gives): the concatenated per-box values line up with the boxes."""
+        for name in self.box_ints:
+            for v, b in zip(values, boxes):
+                if self.boxes not in v or name not in v or len(v[name]) != len(b):
+                    return False
+        return True
+
+
+def _array(value: Any, kind: str) -> np.ndarray:
+    array = np.asarray(value if value is not None else [], dtype=_dtype(kind))
+    return array.reshape(-1, 4) if kind == "boxes" else array
+
+
+def _concat(arrays: list[np.ndarray], kind: str) -> np.ndarray:
+    if arrays:
+        return np.concatenate(arrays)
+    return np.zeros((0, 4) if kind == "boxes" else (0,), dtype=_dtype(kind))
+
+
+def _padded_rows(rows: np.ndarray, counts: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(padded (B, max, ...) array, counts (B,)) from rows concatenated in sample order, ``counts``
+    rows per sample: boxes and floats padded with zeros, integers with -1."""
+    tail = (4,) if kind == "boxes" else ()
+    longest = int(counts.max()) if len(counts) else 0
+    fill = 0 if kind in ("floats", "boxes") else -1
+    padded = np.full((len(counts), longest, *tail), fill, dtype=_dtype(kind))
+    owner = np.repeat(np.arange(len(counts)), counts)
+    starts = np.cumsum(counts) - counts
+    padded[owner, np.arange(len(rows)) - starts[owner]] = rows
+    return padded, counts.copy()
 
 
 def _dtype(kind: str) -> Any:
@@ -103,12 +181,6 @@ def _dtype(kind: str) -> Any:
 
 def _padded(arrays: list[np.ndarray], kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(padded (B, max, ...) tensor, counts (B,)): boxes padded with zeros, integers with -1."""
-    tail = (4,) if kind == "boxes" else ()
-    arrays = [a.reshape(-1, *tail) for a in arrays]
-    longest = max((len(a) for a in arrays), default=0)
-    fill = 0 if kind in ("floats", "boxes") else -1
-    padded = np.full((len(arrays), longest, *tail), fill, dtype=_dtype(kind))
-    for i, a in enumerate(arrays):
-        padded[i, : len(a)] = a
-    counts = np.asarray([len(a) for a in arrays], dtype=np.int64)
-    return padded, counts
+    arrays = [a.reshape(-1, 4) if kind == "boxes" else a.reshape(-1) for a in arrays]
+    counts = np.fromiter((len(a) for a in arrays), np.int64, len(arrays))
+    return _padded_rows(_concat(arrays, kind), counts, kind)
