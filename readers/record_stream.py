@@ -107,12 +107,12 @@ class RecordStream(EpochStream):
             cursor += len(indices)
             if self.batch_size is not None:
                 self._pass.samples += counted
-                fields = self._batch_fields(part, indices, epoch)
+                fields, params = self._batch_fields(part, indices, epoch)
                 if self.batch_transform is None:
                     # (images, labels) once received: the pixels in shared memory, the fields alongside
-                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields))
+                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields, params))
                 else:
-                    images, labels = self.assembler(part, indices=indices, epoch=epoch)
+                    images, labels = self.assembler(part, indices=indices, epoch=epoch, params=params)
                     target = labels if fields is None else {"label": labels, **as_tensors(fields)}
                     yield whole_batch((self.batch_transform(images), target))
                 continue
@@ -137,10 +137,18 @@ class RecordStream(EpochStream):
         params = self.assembler.params(records, indices, epoch)
         return self.assembler.sample_geometries(records, params)
 
-    def _batch_fields(self, records: list[Record], indices: Any, epoch: int) -> dict[str, Any] | None:
-        """The batch's collated fields (without the label), or None without ``fields=``."""
-        if self.fields is None:
-            return None
+    def _batch_fields(
+        self, records: list[Record], indices: Any, epoch: int
+    ) -> tuple[dict[str, Any] | None, list[Any] | None]:
+        """(the batch's collated fields without the label, or None without ``fields=``; the crop
+        and flip parameters drawn for the boxes, or None: the assembler draws its own)."""
         plan = self.fields
-        geometries = self._geometries(records, indices, epoch) if plan.wants_geometry else None
-        return plan.batch([r.fields for r in records], geometries)
+        if plan is None:
+            return None, None
+        if not plan.wants_geometry:
+            return plan.batch([r.fields for r in records], None), None
+        params = self.assembler.params(records, indices, epoch)
+        geometries = self.assembler.sample_geometries(records, params)
+        fields = plan.batch([r.fields for r in records], geometries)
+        # without random crops or flips the assembler copies raw batches in one go when not given params
+        return fields, params if self.assembler.augment.active else None
