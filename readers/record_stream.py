@@ -23,7 +23,7 @@ from readers.errors import OptionError
 from readers.fields import as_tensors
 from readers.order import OrderSpec
 from readers.record import Record
-from readers.sample_fields import FieldPlan, common_schema
+from readers.sample_fields import FieldPlan, common_schema, per_dataset_schema
 from readers.spec import ReadSpec
 from readers.stream import EpochStream
 from readers.whole_batch import whole_batch
@@ -55,8 +55,13 @@ class RecordStream(EpochStream):
             spec.seed,
         )
         self.fields = None
-        if spec.fields is not None:
-            schema = common_schema(self.field_schemas(), spec.fields, self.where_fields())
+        if spec.fields_per_dataset is not None:
+            wanted, names = spec.fields_per_dataset, self.dataset_names()
+            schema = per_dataset_schema(self.field_schemas(), wanted, self.where_fields(), names)
+            self.fields = FieldPlan(schema, [], spec.pad_fields, spec.min_visibility, per_dataset=wanted)
+        elif spec.fields is not None:
+            schemas = self.field_schemas()
+            schema = common_schema(schemas, spec.fields, self.where_fields(), self.dataset_names())
             self.fields = FieldPlan(schema, spec.fields, spec.pad_fields, spec.min_visibility)
         self.order = order
         self.set_loader_batch_size(spec.loader_batch_size)
@@ -77,6 +82,14 @@ class RecordStream(EpochStream):
 
     def where_fields(self) -> str:
         return type(self).__name__
+
+    def dataset_names(self) -> list[str]:
+        """A name for each dataset of ``field_schemas`` (for error messages)."""
+        return [f"dataset {i}" for i in range(len(self.field_schemas()))]
+
+    def record_sources(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """Which of the source's datasets each position of ``epoch`` reads (a mix has several)."""
+        return np.zeros(len(positions), dtype=np.int64)
 
     # -- the loop --------------------------------------------------------------------------------
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
@@ -127,7 +140,8 @@ class RecordStream(EpochStream):
                 if self.fields is not None:
                     plan = self.fields
                     geometry = self._geometries([record], [index], epoch)[0] if plan.wants_geometry else None
-                    label = plan.one(record.label, record.fields, geometry)
+                    source = int(self.record_sources(epoch, np.asarray([index]))[0])
+                    label = plan.one(record.label, record.fields, geometry, source)
                 if self.target_transform is not None:
                     label = self.target_transform(label)
                 self._pass.samples += 1
@@ -145,10 +159,11 @@ class RecordStream(EpochStream):
         plan = self.fields
         if plan is None:
             return None, None
+        sources = self.record_sources(epoch, np.asarray(indices)) if plan.per_dataset is not None else None
         if not plan.wants_geometry:
-            return plan.batch([r.fields for r in records], None), None
+            return plan.batch([r.fields for r in records], None, sources), None
         params = self.assembler.params(records, indices, epoch)
         geometries = self.assembler.sample_geometries(records, params)
-        fields = plan.batch([r.fields for r in records], geometries)
+        fields = plan.batch([r.fields for r in records], geometries, sources)
         # without random crops or flips the assembler copies raw batches in one go when not given params
         return fields, params if self.assembler.augment.active else None
