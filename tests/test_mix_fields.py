@@ -43,8 +43,8 @@ def datasets(tmp_path_factory) -> list[Path]:
              for i in range(N)]  # fmt: skip
     pack_rows(captioned, root, ["a", "b"], out / "captions", CAPTIONED, {"caption": "str", "n": "int"},
               workers=1, order="source")  # fmt: skip
-    pack_rows(boxed, root, ["a", "b"], out / "boxes", BOXED, {"boxes": "boxes", "cats": "box_ints", "n": "int"},
-              workers=1, order="source")  # fmt: skip
+    boxed_schema = {"boxes": "boxes", "cats": "box_ints", "n": "int"}
+    pack_rows(boxed, root, ["a", "b"], out / "boxes", BOXED, boxed_schema, workers=1, order="source")
     return [out / "captions", out / "boxes"]
 
 
@@ -80,7 +80,8 @@ def check_sample(image: np.ndarray, dataset: int, target: dict) -> tuple:
 
 
 def test_fields_must_be_stored_by_every_dataset_and_options_are_checked(datasets):
-    with pytest.raises(OptionError, match=r"dataset 1 \(.*boxes\) does not store 'caption'.*fields_per_dataset="):
+    lacking = r"dataset 1 \(.*boxes\) does not store 'caption'.*fields_per_dataset="
+    with pytest.raises(OptionError, match=lacking):
         mix(datasets, batch_size=4, crop=40, fields=["caption", "n"])
     n = [t["n"].tolist() for _, t in mix(datasets, batch_size=4, crop=40, fields=["n"])]
     assert sorted(v for batch in n for v in batch) == [*range(N), *range(100, 100 + N)]
