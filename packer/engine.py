@@ -87,8 +87,10 @@ def preprocessed(
     spec: PreprocessSpec,
     workers: int,
     storage_options: dict[str, Any] | None = None,
+    schema: dict[str, str] | None = None,
 ) -> Generator[PackedSample | Failure, None, None]:
-    """Results for ``items`` in source order, computed by ``workers`` processes.
+    """Results for ``items`` in source order, computed by ``workers`` processes (boxes of a field
+    ``schema`` moved with the pixels there).
 
     ``items`` is read lazily, a window of chunks ahead of the results (never listed whole).
     Close the generator (``contextlib.closing``) when stopping early: its pool is torn down then.
@@ -102,7 +104,7 @@ def preprocessed(
     first = next(chunks)
     if workers <= 1:
         for chunk in itertools.chain([first], chunks):
-            yield from preprocess_chunk(chunk, spec, storage_options)
+            yield from preprocess_chunk(chunk, spec, storage_options, schema)
         return
     method = "fork" if "fork" in _start_methods() else "spawn"
     pool = ProcessPoolExecutor(
@@ -119,11 +121,11 @@ def preprocessed(
         # initializer has set it to ignore interrupts, so they are held until then.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
-            in_flight.append(pool.submit(preprocess_chunk, first, spec, storage_options))
+            in_flight.append(pool.submit(preprocess_chunk, first, spec, storage_options, schema))
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for chunk in chunks:
-            in_flight.append(pool.submit(preprocess_chunk, chunk, spec, storage_options))
+            in_flight.append(pool.submit(preprocess_chunk, chunk, spec, storage_options, schema))
             if len(in_flight) >= window:
                 yield from in_flight.popleft().result()
         while in_flight:
@@ -226,7 +228,7 @@ def _run_local(job: PackJob, run: PartsRun) -> None:
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     todo_items = itertools.chain.from_iterable(items for _, items in todo)
-    stream = preprocessed(todo_items, job.spec, job.workers, job.storage_options)
+    stream = preprocessed(todo_items, job.spec, job.workers, job.storage_options, writer.fields)
     with contextlib.closing(stream):
         for p, items in todo:
             results = (next(stream) for _ in range(len(items)))

@@ -9,7 +9,7 @@ file and by Ray tasks (which return plain dicts to the driver).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -32,10 +32,15 @@ BLOCK = 32  # items preprocessed (and, from a URL, read) together inside one tas
 
 
 def preprocess_chunk(
-    chunk: list[SourceItem], spec: PreprocessSpec, storage_options: dict[str, Any] | None = None
+    chunk: list[SourceItem],
+    spec: PreprocessSpec,
+    storage_options: dict[str, Any] | None = None,
+    schema: Mapping[str, str] | None = None,
 ) -> list[PackedSample | Failure]:
     """Each item preprocessed, or the reason it is skipped, in order. Items whose path is a URL
-    are read here, several at once (packer/remote_source.py), with ``storage_options``."""
+    are read here, several at once (packer/remote_source.py), with ``storage_options``. With a
+    field ``schema`` the boxes move with the pixels here, in the worker that resized them
+    (``packer.box_geometry.refit_packed``), not in the process that writes the part."""
     raws: Iterable[bytes | str | None] = [None] * len(chunk)
     if chunk and is_url(chunk[0].path):
         from packer.remote_source import read_objects
@@ -48,18 +53,21 @@ def preprocess_chunk(
                 raise SkipSample(raw)
             sample = preprocess_file(item.path, item.rel, item.label, item.index, spec, raw)
             sample.fields = item.fields
-            out.append(sample)
+            out.append(refit_packed(sample, schema, spec) if schema else sample)
         except SkipSample as exc:
             out.append((item.index, item.rel, str(exc)))
     return out
 
 
 def preprocess_items(
-    items: list[SourceItem], spec: PreprocessSpec, storage_options: dict[str, Any] | None = None
+    items: list[SourceItem],
+    spec: PreprocessSpec,
+    storage_options: dict[str, Any] | None = None,
+    schema: Mapping[str, str] | None = None,
 ) -> Iterator[PackedSample | Failure]:
     """``preprocess_chunk`` over a whole part, a block at a time, so memory stays bounded."""
     for start in range(0, len(items), BLOCK):
-        yield from preprocess_chunk(items[start : start + BLOCK], spec, storage_options)
+        yield from preprocess_chunk(items[start : start + BLOCK], spec, storage_options, schema)
 
 
 def write_part(
@@ -90,7 +98,7 @@ def write_part(
                 skipped_at.append(position)
             else:
                 result.dataset_index = first + position - len(skipped_at)
-                part_writer.add(refit_packed(result, writer.fields, writer.spec) if writer.fields else result)
+                part_writer.add(result)  # boxes already refitted (preprocess_chunk)
                 sizes.add(result)
                 if result.fields:
                     for name in json.loads(result.fields):

@@ -64,7 +64,7 @@ def _pack_part(
     """The task: preprocess and write one part (reading URL sources itself); with a remote
     ``sink``, in a temporary folder on this node, uploaded from here when complete. Its samples
     are numbered from ``first`` (packer/pack_order.py)."""
-    results = _watched(preprocess_items(items, spec, storage_options), driver)
+    results = _watched(preprocess_items(items, spec, storage_options, writer.fields), driver)
     if sink is None or not sink.remote:
         return part_to_dict(write_part(writer, part, results, on_error, first=first))
     with tempfile.TemporaryDirectory(prefix="imgpack-part-") as tmp:

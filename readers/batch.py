@@ -235,15 +235,18 @@ class BatchAssembler:
         out: np.ndarray | None = None,
         indices: Sequence[int] | np.ndarray | None = None,
         epoch: int = 0,
+        params: Sequence[Params] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(images, labels)`` for ``records`` (global sample ``indices``, needed when augmenting),
-        decoded into ``out`` (allocated when None)."""
+        decoded into ``out`` (allocated when None); ``params``: ``params()`` when already drawn."""
         if not records:
             raise ValueError("cannot assemble an empty batch")
         shape = (len(records), *self.output_shape(records))
         if out is None:
             out = np.empty(shape, dtype=np.uint8)
-        self.fill(records, out, self.params(records, indices, epoch) if self.augment.active else None)
+        if params is None and self.augment.active:
+            params = self.params(records, indices, epoch)
+        self.fill(records, out, params)
         labels = torch.tensor([r.label for r in records], dtype=torch.int64)
         return self.present(torch.from_numpy(out)), labels
 
@@ -259,6 +262,7 @@ class BatchAssembler:
         indices: Sequence[int] | np.ndarray | None = None,
         epoch: int = 0,
         fields: dict[str, Any] | None = None,
+        params: Sequence[Params] | None = None,
     ) -> Any:
         """What a DataLoader worker yields for ``records``: the batch in a shared ring slot.
 
@@ -266,19 +270,21 @@ class BatchAssembler:
         the main process without copying pixels; in the main process it is ``(images, labels)``.
         With ``fields`` (collated, readers/sample_fields.py) the second item is the dict
         ``{"label": labels, **fields}``; the fields travel in the same message as the lease.
+        ``params``: ``params()`` when the caller drew them already (for the fields' boxes).
         """
+        if params is None and self.augment.active:
+            params = self.params(records, indices, epoch)
         if get_worker_info() is None:
-            images, label_tensor = self(records, indices=indices, epoch=epoch)
+            images, label_tensor = self(records, indices=indices, epoch=epoch, params=params)
             if fields is None:
                 return images, label_tensor
             return images, {"label": label_tensor, **as_tensors(fields)}
         ring = worker_ring()  # first: it settles a fresh worker's garbage collector (see there)
         shape = (len(records), *self.output_shape(records))
-        params = self.params(records, indices, epoch) if self.augment.active else None
         nbytes = int(np.prod(shape))
         slot = ring.acquire(nbytes)
         if slot is None:  # the consumer holds every slot: a one-off buffer, shared on pickling
-            images, label_tensor = self(records, indices=indices, epoch=epoch)
+            images, label_tensor = self(records, indices=indices, epoch=epoch, params=params)
             if fields is None:
                 return images, label_tensor
             return images, {"label": label_tensor, **as_tensors(fields)}

@@ -81,14 +81,39 @@ def transform_boxes(
     """(N, 4) float32 COCO xywh in stored pixels -> (M, 4) float32 xywh in output pixels, clipped to
     the output; a box left empty is dropped, and one whose visible fraction of its area is below
     min_visibility; also returns the int64 indices of the kept boxes (to filter per-box fields)."""
-    array = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    top, left, height, width = geometry.window
-    out_h, out_w = geometry.out
+    moved = transform_box_batch([boxes], [geometry], min_visibility)
+    return moved.boxes, np.flatnonzero(moved.keep).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class MovedBoxes:
+    """A batch's boxes after ``transform_box_batch``, concatenated in sample order."""
+
+    boxes: np.ndarray  # (M, 4) float32, the kept boxes of every sample, in output pixels
+    keep: np.ndarray  # (N,) bool over the concatenated input boxes: which were kept
+    counts: np.ndarray  # (B,) int64, kept boxes per sample
+
+
+def transform_box_batch(
+    boxes: Sequence[np.ndarray], geometries: Sequence[SampleGeometry], min_visibility: float = 0.0
+) -> MovedBoxes:
+    """``transform_boxes`` for a whole batch at once: sample ``i``'s boxes (N_i, 4) moved through
+    ``geometries[i]``, as one NumPy computation over all boxes (each carries its sample's window,
+    output size and flip), so the per-sample Python work is a length and a tuple."""
+    arrays = [np.asarray(b, dtype=np.float64).reshape(-1, 4) for b in boxes]
+    counts = np.fromiter((len(a) for a in arrays), np.int64, len(arrays))
+    flat = np.concatenate(arrays) if arrays else np.zeros((0, 4))
+    owner = np.repeat(np.arange(len(arrays)), counts)
+    windows = np.array([g.window for g in geometries], dtype=np.float64).reshape(-1, 4)[owner]
+    outs = np.array([g.out for g in geometries], dtype=np.float64).reshape(-1, 2)[owner]
+    flips = np.fromiter((g.flip for g in geometries), bool, len(geometries))[owner]
+    top, left, height, width = windows.T
+    out_h, out_w = outs.T
     sy, sx = out_h / height, out_w / width
-    x0 = (array[:, 0] - left) * sx
-    y0 = (array[:, 1] - top) * sy
-    x1 = x0 + array[:, 2] * sx
-    y1 = y0 + array[:, 3] * sy
+    x0 = (flat[:, 0] - left) * sx
+    y0 = (flat[:, 1] - top) * sy
+    x1 = x0 + flat[:, 2] * sx
+    y1 = y0 + flat[:, 3] * sy
     area = (x1 - x0) * (y1 - y0)
     cx0, cx1 = np.clip(x0, 0, out_w), np.clip(x1, 0, out_w)
     cy0, cy1 = np.clip(y0, 0, out_h), np.clip(y1, 0, out_h)
@@ -96,10 +121,9 @@ def transform_boxes(
     with np.errstate(divide="ignore", invalid="ignore"):
         fraction = np.where(area > 0, visible / np.where(area > 0, area, 1), 0.0)
     keep = (cx1 > cx0) & (cy1 > cy0) & np.isfinite(area) & (fraction >= min_visibility)
-    if geometry.flip:
-        cx0, cx1 = out_w - cx1, out_w - cx0
-    result = np.stack([cx0, cy0, cx1 - cx0, cy1 - cy0], axis=1)[keep]
-    return result.astype(np.float32), np.flatnonzero(keep).astype(np.int64)
+    cx0, cx1 = np.where(flips, out_w - cx1, cx0), np.where(flips, out_w - cx0, cx1)
+    result = np.stack([cx0, cy0, cx1 - cx0, cy1 - cy0], axis=1)[keep].astype(np.float32)
+    return MovedBoxes(result, keep, np.bincount(owner[keep], minlength=len(arrays)).astype(np.int64))
 
 
 def clip_boxes(boxes: np.ndarray, size: Pair) -> tuple[np.ndarray, np.ndarray, int]:

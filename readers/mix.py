@@ -208,6 +208,12 @@ class MixedIterable(RecordStream):
     def where_fields(self) -> str:
         return f"mix of {', '.join(map(str, self.paths))}"
 
+    def dataset_names(self) -> list[str]:
+        return [f"dataset {i} ({path})" for i, path in enumerate(self.paths)]
+
+    def record_sources(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        return self._pairs(epoch, positions)[0]
+
 
 # ``mix(paths, *, weights=None, seed=0, ...)``: a weighted, deterministic mix of packed datasets; the
 # options are ``readers.spec.ReadSpec``'s (those of ``open_iterable``) plus weights, epoch_size, labels.

@@ -12,7 +12,7 @@ through ``open_iterable``) only says how many positions an epoch has and which r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from readers.errors import OptionError
 from readers.fields import as_tensors
 from readers.order import OrderSpec
 from readers.record import Record
-from readers.sample_fields import FieldPlan, common_schema
+from readers.sample_fields import FieldPlan, common_schema, per_dataset_schema
 from readers.spec import ReadSpec
 from readers.stream import EpochStream
 from readers.whole_batch import whole_batch
@@ -54,7 +54,7 @@ class RecordStream(EpochStream):
             spec.flip,
             spec.seed,
         )
-        self.fields = field_plan(spec, self.field_schemas(), self.where_fields())
+        self.fields = field_plan(spec, self.field_schemas(), self.where_fields(), self.dataset_names())
         self.order = order
         self.set_loader_batch_size(spec.loader_batch_size)
         self.init_stream()
@@ -74,6 +74,14 @@ class RecordStream(EpochStream):
 
     def where_fields(self) -> str:
         return type(self).__name__
+
+    def dataset_names(self) -> list[str]:
+        """A name for each dataset of ``field_schemas`` (for error messages)."""
+        return [f"dataset {i}" for i in range(len(self.field_schemas()))]
+
+    def record_sources(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """Which of the source's datasets each position of ``epoch`` reads (a mix has several)."""
+        return np.zeros(len(positions), dtype=np.int64)
 
     # -- the loop --------------------------------------------------------------------------------
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
@@ -104,12 +112,12 @@ class RecordStream(EpochStream):
             cursor += len(indices)
             if self.batch_size is not None:
                 self._pass.samples += counted
-                fields = self._batch_fields(part, indices, epoch)
+                fields, params = self._batch_fields(part, indices, epoch)
                 if self.batch_transform is None:
                     # (images, labels) once received: the pixels in shared memory, the fields alongside
-                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields))
+                    yield whole_batch(self.assembler.shared(part, indices, epoch, fields, params))
                 else:
-                    images, labels = self.assembler(part, indices=indices, epoch=epoch)
+                    images, labels = self.assembler(part, indices=indices, epoch=epoch, params=params)
                     target = labels if fields is None else {"label": labels, **as_tensors(fields)}
                     yield whole_batch((self.batch_transform(images), target))
                 continue
@@ -124,7 +132,8 @@ class RecordStream(EpochStream):
                 if self.fields is not None:
                     plan = self.fields
                     geometry = self._geometries([record], [index], epoch)[0] if plan.wants_geometry else None
-                    label = plan.one(record.label, record.fields, geometry)
+                    source = int(self.record_sources(epoch, np.asarray([index]))[0])
+                    label = plan.one(record.label, record.fields, geometry, source)
                 if self.target_transform is not None:
                     label = self.target_transform(label)
                 self._pass.samples += 1
@@ -134,32 +143,46 @@ class RecordStream(EpochStream):
         params = self.assembler.params(records, indices, epoch)
         return self.assembler.sample_geometries(records, params)
 
-    def _batch_fields(self, records: list[Record], indices: Any, epoch: int) -> dict[str, Any] | None:
-        """The batch's collated fields (without the label), or None without ``fields=``."""
-        if self.fields is None:
-            return None
-        params = self.assembler.params(records, indices, epoch) if self.fields.wants_geometry else None
-        return batch_fields(self.fields, self.assembler, records, params)
+    def _batch_fields(
+        self, records: list[Record], indices: Any, epoch: int
+    ) -> tuple[dict[str, Any] | None, list[Any] | None]:
+        """(the batch's collated fields without the label, or None without ``fields=``; the crop
+        and flip parameters drawn for the boxes, or None: the assembler draws its own)."""
+        plan = self.fields
+        if plan is None:
+            return None, None
+        sources = self.record_sources(epoch, np.asarray(indices)) if plan.per_dataset is not None else None
+        params = self.assembler.params(records, indices, epoch) if plan.wants_geometry else None
+        fields = batch_fields(plan, self.assembler, records, params, sources)
+        # without random crops or flips the assembler copies raw batches in one go when not given params
+        return fields, params if params is not None and self.assembler.augment.active else None
 
 
-def field_plan(spec: ReadSpec, schemas: list[dict[str, str]], where: str) -> FieldPlan | None:
-    """The ``FieldPlan`` of ``spec.fields`` over datasets with these schemas (None without ``fields=``)."""
+def field_plan(
+    spec: ReadSpec, schemas: list[dict[str, str]], where: str, names: Sequence[str] = ()
+) -> FieldPlan | None:
+    """The ``FieldPlan`` of ``spec.fields`` (or a mix's ``fields_per_dataset``) over datasets with
+    these schemas (``names``: how errors name each dataset); None without either."""
+    if spec.fields_per_dataset is not None:
+        wanted = spec.fields_per_dataset
+        schema = per_dataset_schema(schemas, wanted, where, names)
+        return FieldPlan(schema, [], spec.pad_fields, spec.min_visibility, per_dataset=wanted)
     if spec.fields is None:
         return None
-    schema = common_schema(schemas, spec.fields, where)
+    schema = common_schema(schemas, spec.fields, where, names)
     return FieldPlan(schema, spec.fields, spec.pad_fields, spec.min_visibility)
 
 
 def batch_fields(
-    plan: FieldPlan, assembler: BatchAssembler, records: list[Record], params: list[Any] | None
+    plan: FieldPlan,
+    assembler: BatchAssembler,
+    records: list[Record],
+    params: list[Any] | None,
+    sources: Any = None,
 ) -> dict[str, Any]:
     """A batch's collated fields (without the label), boxes moved by the geometry ``assembler`` gives
-    each record with its (window, flip) ``params`` (None: the plan wants no geometry). The batch
-    path's, and the DALI loader's for the records its pipeline carried (readers/dali/fields.py)."""
-    geometries: list[Any] = [None] * len(records)
-    if params is not None:
-        geometries = assembler.sample_geometries(records, params)
-    targets = [plan.one(r.label, r.fields, g) for r, g in zip(records, geometries)]
-    collated = plan.collate(targets, None)
-    del collated["label"]
-    return collated
+    each record with its (window, flip) ``params`` (None: the plan wants no geometry); ``sources``:
+    each record's dataset in a mix with ``fields_per_dataset``. The batch path's, and the DALI
+    loader's for the records its pipeline carried (readers/dali/fields.py)."""
+    geometries = assembler.sample_geometries(records, params) if params is not None else None
+    return plan.batch([r.fields for r in records], geometries, sources)

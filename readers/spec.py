@@ -65,6 +65,8 @@ class ReadSpec:
     verify: bool = _option(False)
     # Per-sample fields to return (readers/fields.py): the target becomes {"label": ..., name: ...}.
     fields: tuple[str, ...] | None = _option(None)
+    # mix only: one list of field names per dataset (paths order); the target also says "dataset".
+    fields_per_dataset: tuple[tuple[str, ...], ...] | None = _option(None, ("mix",))
     pad_fields: bool = _option(False)  # variable-length fields of a batch as one padded tensor + counts
     min_visibility: float = _option(0.0)  # a box keeping less of its area after a crop is dropped
     reader_options: dict[str, Any] | None = _option(None)
@@ -119,8 +121,24 @@ class ReadSpec:
             if not all(isinstance(n, str) and n for n in names):
                 raise OptionError(f"fields= is a list of field names, got {self.fields!r}")
             object.__setattr__(self, "fields", tuple(names))
-        elif self.pad_fields:
+        elif self.pad_fields and self.fields_per_dataset is None:
             raise OptionError("pad_fields= pads the fields a batch returns: also pass fields=[...]")
+        if self.fields_per_dataset is not None:
+            if self.fields is not None:
+                raise OptionError(
+                    "fields= names the fields every dataset of a mix stores; fields_per_dataset= names "
+                    "each dataset's own: pass one of them"
+                )
+            lists = self.fields_per_dataset
+            if isinstance(lists, (str, dict)) or not all(
+                isinstance(names, (list, tuple)) and all(isinstance(n, str) and n for n in names)
+                for names in lists
+            ):
+                raise OptionError(
+                    "fields_per_dataset= is one list of field names per dataset, in the order of the "
+                    f"paths (like weights=), e.g. [['caption'], ['boxes', 'categories']]; got {lists!r}"
+                )
+            object.__setattr__(self, "fields_per_dataset", tuple(tuple(names) for names in lists))
         if not isinstance(self.min_visibility, (int, float)) or not 0.0 <= self.min_visibility <= 1.0:
             raise OptionError(f"min_visibility={self.min_visibility!r} must be a fraction from 0 to 1")
 

@@ -15,6 +15,7 @@ from readers.boxes import (
     geometry_for_resize_crop,
     geometry_for_window,
     identity_geometry,
+    transform_box_batch,
     transform_boxes,
 )
 from readers.geometry import RandomResizedCrop, Window, centre_window, resized_size, sample_uniforms
@@ -166,3 +167,50 @@ def test_refit_fields_moves_boxes_and_filters_per_box_fields():
     assert iou(refit["boxes"][0], found_box(np.asarray(out))) >= 0.9
     plain = PackedSample(0, "a.png", 0, b"", 100, 160, 3, "png", (160, 100))
     assert refit_fields(fields, schema, plain, PreprocessSpec()) is fields
+
+
+def random_batch(rng: np.random.Generator, samples: int):
+    """Boxes (some samples empty, some boxes degenerate, outside, NaN or partly visible) and
+    geometries (windows, resizes and flips) for ``samples`` samples."""
+    boxes, geometries = [], []
+    for i in range(samples):
+        stored = (int(rng.integers(20, 300)), int(rng.integers(20, 300)))
+        n = 0 if i % 5 == 0 else int(rng.integers(1, 25))
+        xy = rng.uniform(-40, max(stored) + 40, (n, 2))
+        wh = rng.uniform(0, 120, (n, 2))
+        wh[rng.random((n, 2)) < 0.1] = 0.0  # degenerate: no width or no height
+        array = np.concatenate([xy, wh], axis=1).astype(np.float32)
+        array[rng.random((n, 4)) < 0.02] = np.nan
+        boxes.append(array)
+        h, w = stored
+        top, left = rng.uniform(0, h / 2), rng.uniform(0, w / 2)
+        window = (top, left, rng.uniform(1, h - top), rng.uniform(1, w - left))
+        out = (int(rng.integers(8, 260)), int(rng.integers(8, 260)))
+        geometries.append(geometry_for_window(stored, window, out, bool(rng.integers(0, 2))))
+    return boxes, geometries
+
+
+@pytest.mark.parametrize("min_visibility", [0.0, 0.3, 0.9])
+def test_batched_transform_equals_the_per_sample_one(min_visibility):
+    rng = np.random.default_rng(int(min_visibility * 10))
+    for samples in (1, 7, 64):
+        boxes, geometries = random_batch(rng, samples)
+        moved = transform_box_batch(boxes, geometries, min_visibility)
+        offsets = np.cumsum([0] + [len(b) for b in boxes])
+        kept_rows = np.cumsum([0, *moved.counts])
+        assert moved.boxes.dtype == np.float32 and len(moved.keep) == offsets[-1]
+        for i, (b, g) in enumerate(zip(boxes, geometries)):
+            expected, kept = transform_boxes(b, g, min_visibility)
+            # bit for bit: the same float64 arithmetic on every box
+            np.testing.assert_array_equal(moved.boxes[kept_rows[i] : kept_rows[i + 1]], expected)
+            np.testing.assert_array_equal(np.flatnonzero(moved.keep[offsets[i] : offsets[i + 1]]), kept)
+    assert 0 < len(moved.boxes) < len(moved.keep)  # the last batch's cases drop boxes and keep boxes
+    assert 0 in moved.counts  # and leave samples without boxes
+
+
+def test_batched_transform_of_no_samples_and_of_empty_samples():
+    empty = transform_box_batch([], [], 0.0)
+    assert empty.boxes.shape == (0, 4) and len(empty.keep) == 0 and len(empty.counts) == 0
+    geometry = identity_geometry((10, 10))
+    none = transform_box_batch([np.zeros((0, 4), np.float32)] * 3, [geometry] * 3)
+    assert none.boxes.shape == (0, 4) and none.counts.tolist() == [0, 0, 0]

@@ -169,3 +169,31 @@ def test_pack_coco_cli_moves_boxes_with_resize_and_crop(coco, tmp_path, fmt):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["classes"] == CLASSES and manifest["num_samples"] == 40
     assert _stored_boxes_frame_rectangles(out, 40) >= 30
+
+
+def test_pack_workers_move_the_boxes_with_the_pixels(coco, tmp_path):
+    """The boxes are refitted where the image is resized (``preprocess_chunk`` in a pack worker),
+    once: a pool of two workers stores exactly what the in-process pack stores."""
+    from packer.engine import pack_folder
+    from packer.parts import preprocess_chunk
+    from packer.preprocess import PreprocessSpec
+    from readers.formats import open_reader
+
+    scan = coco_source(coco, coco.parent / "images")
+    spec = PreprocessSpec(resize=48, crop=40)
+    sample = next(s for s in preprocess_chunk(scan.items[:4], spec, schema=scan.fields) if s.fields)
+    item = next(i for i in scan.items if i.index == sample.source_index)
+    assert sample.fields != item.fields  # moved into the 40x40 stored pixels in the worker
+    outs = {}
+    for workers in (1, 2):
+        outs[workers] = tmp_path / f"w{workers}"
+        pack_folder(scan, outs[workers], "lmdb", spec, workers=workers)
+        assert _stored_boxes_frame_rectangles(outs[workers], 40) >= 30
+    one, two = open_reader(outs[1]), open_reader(outs[2])
+    try:
+        for index in range(len(one)):
+            a, b = one.read(index).fields, two.read(index).fields
+            assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    finally:
+        one.close()
+        two.close()

@@ -283,3 +283,42 @@ def test_multi_label_takes_a_json_list_of_labels(images, tmp_path):
     pack_folder(scan, out, "hdf5", workers=1, order="source")
     ds = open_dataset(out, fields=["labels", "caption"])
     assert ds[1][1] == {"label": -1, "labels": pytest.approx(np.array([1, 0])), "caption": "c1"}
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_batch_collation_equals_collating_each_sample(pad):
+    """FieldPlan.batch (boxes moved as one batch, ragged fields as one buffer) gives what the
+    per-sample target of each sample, collated, gives: samples without boxes, boxes dropped by the
+    crop or by min_visibility, missing values and flips included."""
+    from readers.boxes import geometry_for_window
+    from readers.fields import as_tensors, typed
+    from readers.sample_fields import FieldPlan
+    from tests.test_boxes import random_batch
+
+    schema = {"caption": "str", "boxes": "boxes", "categories": "box_ints", "score": "float", "tags": "ints"}
+    rng = np.random.default_rng(3)
+    boxes, geometries = random_batch(rng, 40)
+    stored: list = []
+    for i, b in enumerate(boxes):
+        values = {"boxes": np.nan_to_num(b).tolist(), "categories": rng.integers(0, 80, len(b)).tolist()}
+        if i % 3:
+            values |= {"caption": f"caption {i}", "score": float(i), "tags": list(range(i % 4))}
+        stored.append(typed(schema, values))
+    stored[7] = None  # a record without stored fields
+    geometries[7] = geometry_for_window((10, 10), (0, 0, 10, 10), (10, 10))
+    names = ["caption", "boxes", "categories", "score", "tags", "geometry"]
+    plan = FieldPlan(schema, names, pad=pad, min_visibility=0.4)
+    got = as_tensors(plan.batch(stored, geometries))
+    expected = as_tensors(plan.collate([plan.one(0, s, g) for s, g in zip(stored, geometries)], None))
+    del expected["label"]
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(got[name], value), name
+        elif value and isinstance(value[0], torch.Tensor):
+            assert len(got[name]) == len(value), name
+            assert all(torch.equal(a, b) for a, b in zip(got[name], value)), name
+        else:
+            assert got[name] == value, name
+    counts = expected["boxes_count"].tolist() if pad else [len(b) for b in expected["boxes"]]
+    assert 0 in counts and max(counts) > 0

@@ -5,11 +5,12 @@ from __future__ import annotations
 import filecmp
 import socket
 
+import numpy as np
 import pytest
 
 from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
-from readers import read_manifest
+from readers import open_dataset, read_manifest
 from tests.badinput import make_bad_corpus
 from tests.conftest import SAMPLE_DATA, run_cli
 
@@ -45,6 +46,26 @@ def test_ray_engine_writes_the_same_dataset_as_the_local_engine(ray_cluster, tmp
                 tmp_path / f"{name}-ray" / shard.file / "data.mdb",
                 shallow=False,
             )
+
+
+def test_ray_tasks_move_coco_boxes_with_the_pixels_like_the_local_engine(ray_cluster, tmp_path):
+    """Boxes are refitted in the task that resizes the image (packer/parts.py), once."""
+    from packer.coco import coco_source
+    from tests.cocodata import make_coco
+
+    coco = make_coco(tmp_path / "coco", count=24, empty=2)
+    scan = coco_source(coco, coco.parent / "images")
+    spec = PreprocessSpec(resize=48, crop=40)
+    local = pack_folder(scan, tmp_path / "coco-local", "lmdb", spec, workers=2, options={"shards": 2})
+    remote = pack_folder(scan, tmp_path / "coco-ray", "lmdb", spec, engine="ray", options={"shards": 2})
+    assert remote.packed == local.packed == 24
+    for shard in read_manifest(tmp_path / "coco-local").shards:
+        assert filecmp.cmp(tmp_path / "coco-local" / shard.file / "data.mdb",
+                           tmp_path / "coco-ray" / shard.file / "data.mdb", shallow=False)  # fmt: skip
+    ds = open_dataset(tmp_path / "coco-ray", fields=["boxes"])
+    boxes = np.concatenate([ds[i][1]["boxes"] for i in range(len(ds))])
+    assert len(boxes) > 24 and (boxes[:, :2] + boxes[:, 2:] <= 40 + 1e-4).all()  # in the 40x40 stored pixels
+    assert (boxes[:, :2] + boxes[:, 2:]).max() > 30  # moved, not squeezed twice
 
 
 def test_ray_tasks_read_from_and_upload_to_s3(ray_cluster, s3, tmp_path, monkeypatch):
