@@ -97,13 +97,16 @@ def _persistent(workers: int) -> dict[str, Any]:
 
 
 def batch_path(path: str | os.PathLike, batch_size: int, workers: int, **read_options: Any) -> Loader:
-    """The batch path: ``open_iterable(batch_size=B)``, workers assemble whole batches,
-    ``make_loader`` (a DataLoader with ``batch_size=None``) passes them on."""
+    """The batch path: ``open_iterable(batch_size=B)``, workers assemble whole batches, the
+    DataLoader passes them on (``batch_size=None``, ``make_loader``'s ``prefetch_factor``)."""
+    from torch.utils.data import DataLoader
+
     from readers.iterable import open_iterable
-    from readers.loader import make_loader
+    from readers.loader import WHOLE_BATCH_PREFETCH
 
     it = open_iterable(path, batch_size=batch_size, **read_options)
-    return make_loader(it, num_workers=workers, **_persistent(workers)), it.set_epoch
+    options = {**_persistent(workers), "prefetch_factor": WHOLE_BATCH_PREFETCH} if workers else {}
+    return DataLoader(it, batch_size=None, num_workers=workers, **options), it.set_epoch
 
 
 def sample_path(
