@@ -28,10 +28,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from packer.rows import pack_rows  # noqa: E402
 from readers import RandomResizedCrop  # noqa: E402
 from readers.dali import dali_loader  # noqa: E402
-from scripts.bench_fields import SCHEMA, make_images, rows_for  # noqa: E402
+from scripts.bench_fields import SCHEMA, pack_pair  # noqa: E402
 
 
 def read_rate(path: Path, fields: bool, args: argparse.Namespace) -> tuple[float, float]:
@@ -81,12 +80,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="bench-dali-fields-") as tmp:
         root = Path(tmp)
-        (root / "imgs").mkdir()
-        names = make_images(root / "imgs", args.images, rng)
-        classes = [str(k) for k in range(10)]
-        plain, rich = root / "plain.lmdb", root / "fields.lmdb"
-        pack_rows(rows_for(names, rng, False), root / "imgs", classes, plain, "lmdb", {}, workers=2)
-        pack_rows(rows_for(names, rng, True), root / "imgs", classes, rich, "lmdb", SCHEMA, workers=2)
+        plain, rich = pack_pair(root, args.images, rng)
         rates: dict[str, list[float]] = {"without fields": [], "with fields": []}
         target_ms: list[float] = []
         for r in range(args.rounds):

@@ -82,10 +82,14 @@ def main() -> None:
         median = {how: statistics.median(t[0] for t in times[how]) for how in times}
         for how in ("runs", "file"):
             labelled = statistics.median(t[1] for t in times[how])
-            print(f"{how:5s} n={args.samples:,}: manifest.json {sizes[how] / 1e6:7.2f} MB  open "
-                  f"{median[how] * 1e3:7.1f} ms  + labels() {labelled * 1e3:6.1f} ms  (median)")
-        print(f"open time, label_runs / label file: {median['runs'] / median['file']:.0f}x; "
-              f"manifest {sizes['runs'] / sizes['file']:.0f}x smaller")
+            print(
+                f"{how:5s} n={args.samples:,}: manifest.json {sizes[how] / 1e6:7.2f} MB  open "
+                f"{median[how] * 1e3:7.1f} ms  + labels() {labelled * 1e3:6.1f} ms  (median)"
+            )
+        print(
+            f"open time, label_runs / label file: {median['runs'] / median['file']:.0f}x; "
+            f"manifest {sizes['runs'] / sizes['file']:.0f}x smaller"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
