@@ -272,14 +272,15 @@ class BatchAssembler:
         ``{"label": labels, **fields}``; the fields travel in the same message as the lease.
         ``params``: ``params()`` when the caller drew them already (for the fields' boxes).
         """
+        # In a worker the ring comes first: it settles a fresh worker's garbage collector (see there)
+        ring = worker_ring() if get_worker_info() is not None else None
         if params is None and self.augment.active:
             params = self.params(records, indices, epoch)
-        if get_worker_info() is None:
+        if ring is None:
             images, label_tensor = self(records, indices=indices, epoch=epoch, params=params)
             if fields is None:
                 return images, label_tensor
             return images, {"label": label_tensor, **as_tensors(fields)}
-        ring = worker_ring()  # first: it settles a fresh worker's garbage collector (see there)
         shape = (len(records), *self.output_shape(records))
         nbytes = int(np.prod(shape))
         slot = ring.acquire(nbytes)

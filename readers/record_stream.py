@@ -132,7 +132,9 @@ class RecordStream(EpochStream):
                 if self.fields is not None:
                     plan = self.fields
                     geometry = self._geometries([record], [index], epoch)[0] if plan.wants_geometry else None
-                    source = int(self.record_sources(epoch, np.asarray([index]))[0])
+                    source = None
+                    if plan.per_dataset is not None:
+                        source = int(self.record_sources(epoch, np.asarray([index]))[0])
                     label = plan.one(record.label, record.fields, geometry, source)
                 if self.target_transform is not None:
                     label = self.target_transform(label)

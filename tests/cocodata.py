@@ -96,3 +96,18 @@ def iou(a, b) -> float:
 def colour_of(category_index: int) -> tuple[int, int, int]:
     """The colour drawn for the class at ``category_index`` (an index into ``CLASSES``)."""
     return CATEGORIES[sorted(CATEGORIES)[category_index]][1]
+
+
+def rect_of(i: int) -> tuple[int, int, int, int]:
+    """(x, y, w, h) of the white rectangle ``draw_rectangles`` draws into image i."""
+    return 5 + i % 7, 4 + i % 5, 20 + i % 9, 15 + i % 6
+
+
+def draw_rectangles(root: Path, count: int, height: int = 60, width: int = 80) -> Path:
+    """``count`` black PNGs ``00.png``... in ``root``, each with the white rectangle ``rect_of(i)``."""
+    for i in range(count):
+        pixels = np.zeros((height, width, 3), np.uint8)
+        x, y, w, h = rect_of(i)
+        pixels[y : y + h, x : x + w] = 255
+        Image.fromarray(pixels).save(root / f"{i:02d}.png")
+    return root

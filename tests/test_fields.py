@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from packer.engine import pack_folder
 from packer.imagelist import scan_list
@@ -22,28 +21,17 @@ from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iter
 from readers.errors import ImgpackError, OptionError
 from readers.manifest import read_manifest
 from readers.record import pack_record, unpack_record
+from tests.cocodata import draw_rectangles, rect_of
 from tests.conftest import run_cli
 
 SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
 
 N = 24
-H, W = 60, 80
-
-
-def rect_of(i: int) -> tuple[int, int, int, int]:
-    """(x, y, w, h) of the white rectangle drawn into image i."""
-    return 5 + i % 7, 4 + i % 5, 20 + i % 9, 15 + i % 6
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("field-images")
-    for i in range(N):
-        pixels = np.zeros((H, W, 3), np.uint8)
-        x, y, w, h = rect_of(i)
-        pixels[y : y + h, x : x + w] = 255
-        Image.fromarray(pixels).save(root / f"{i:02d}.png")
-    return root
+    return draw_rectangles(tmp_path_factory.mktemp("field-images"), N)
 
 
 def write_jsonl(path: Path, entries: list[dict]) -> Path:

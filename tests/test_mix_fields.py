@@ -9,34 +9,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from packer.rows import Row, pack_rows
 from readers import RandomResizedCrop, make_loader, mix, open_iterable
 from readers.errors import OptionError
 from readers.formats.registry import formats_storing_fields
+from tests.cocodata import draw_rectangles, rect_of
 
 N = 16
-H, W = 60, 80
 CAPTIONED, BOXED = formats_storing_fields()[0], formats_storing_fields()[-1]  # two formats
 PER_DATASET = [["caption", "n"], ["boxes", "cats", "n"]]
 CROP = RandomResizedCrop(48, scale=(0.6, 1.0))
-
-
-def rect_of(i: int) -> tuple[int, int, int, int]:
-    return 5 + i % 7, 4 + i % 5, 20 + i % 9, 15 + i % 6
 
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory) -> list[Path]:
     """Dataset 0 (one format): a caption and ``n``; dataset 1 (another): a box framing the drawn
     rectangle, its category and ``n`` (100 + i, so a sample says where it came from)."""
-    root = tmp_path_factory.mktemp("mix-field-images")
-    for i in range(N):
-        pixels = np.zeros((H, W, 3), np.uint8)
-        x, y, w, h = rect_of(i)
-        pixels[y : y + h, x : x + w] = 255
-        Image.fromarray(pixels).save(root / f"{i:02d}.png")
+    root = draw_rectangles(tmp_path_factory.mktemp("mix-field-images"), N)
     out = tmp_path_factory.mktemp("mix-fields")
     captioned = [Row(f"{i:02d}.png", i % 2, {"caption": f"caption {i}", "n": i}) for i in range(N)]
     boxed = [Row(f"{i:02d}.png", i % 2, {"boxes": [list(rect_of(i))], "cats": [i % 4], "n": 100 + i})
