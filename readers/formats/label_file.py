@@ -2,8 +2,8 @@
 
 Those formats keep the label inside each sample (``.cls``/``.json`` members, the Example), so
 ``labels()`` would have to read every sample; the writer also stores them together here. One
-file, not ``[label, count]`` runs in manifest.json: a shuffled pack has one run per sample, ~8
-bytes of JSON each, parsed on every open; this file is 8 bytes a sample, read on first need in
+file, not ``[label, count]`` runs in manifest.json: a shuffled pack has one run per sample, ~40
+bytes of indented JSON each, parsed on every open; this file is 8 bytes a sample, read on first need in
 one read. The manifest's ``extra.labels`` records its name, size and sha256 (sealed with it).
 """
 
