@@ -1,4 +1,6 @@
-/* Decode only a window of a JPEG: libjpeg-turbo's jpeg_crop_scanline + jpeg_skip_scanlines.
+/* Decode only a window of a JPEG: libjpeg-turbo's jpeg_crop_scanline + jpeg_skip_scanlines, and,
+ * when the JPEG has restart markers at MCU row starts, entropy decoding from the marker above the
+ * window (restart_rows.c) instead of skipping the rows above it.
  *
  * The library is not linked: load(path) dlopens a libjpeg-turbo that is already on the machine
  * (Pillow's wheel bundles one, see readers/jpegwindow.py) and looks up the few entry points used
@@ -7,11 +9,14 @@
  * library's ABI version and struct size against these headers, so a mismatched library fails
  * with an error instead of corrupting memory.
  *
- * decode(data, out, top, left, height, width, eighths, gray, fast_dct) decodes the rows
+ * decode(data, out, top, left, height, width, eighths, gray, fast_dct[, from_restart_marker])
+ * decodes the rows
  * [top, top + height) and at least the columns [left, left + width) of the image scaled by
  * eighths/8 into the C-contiguous buffer `out`, one row of `row_width * channels` bytes after the
- * other, and returns (row_width, skip, image_height, image_width): the window starts `skip`
- * columns into each row (the library widens the crop to whole iMCU columns). It returns None
+ * other, and returns (row_width, skip, image_height, image_width, skipped_rows): the window
+ * starts `skip` columns into each row (the library widens the crop to whole iMCU columns), and
+ * the first `skipped_rows` full-size rows were not read at all (0 unless decoding started at a
+ * restart marker; from_restart_marker=False never does). It returns None
  * when the library cannot give exactly these pixels (CMYK/YCCK, a warning such as a truncated
  * file, a window outside the image) or the data is corrupt: the caller then decodes the whole
  * image another way, and its decoders report any error.
@@ -23,6 +28,7 @@
 #include <stdio.h>
 
 #include "jpeglib.h"
+#include "restart_rows.h"
 
 #define ENTRY(name) static __typeof__(name) *p_##name
 ENTRY(jpeg_std_error);
@@ -87,10 +93,15 @@ struct request {
     int gray, fast_dct;
     /* results */
     unsigned int row_width, skip, image_height, image_width;
+    unsigned int skipped_rows; /* full-size rows above the window not even entropy-decoded */
 };
 
-static enum outcome run(struct request *r, struct error_manager *err) {
+/* Decodes r's window from the JPEG `data` whose first row is the image's full-size row
+ * `skipped_rows` (0: the original; else a jpeg_from_row JPEG). */
+static enum outcome decode_rows(struct request *r, struct error_manager *err, const unsigned char *data,
+                                unsigned long size, unsigned int skipped_rows) {
     struct jpeg_decompress_struct cinfo;
+    unsigned int top = r->top - skipped_rows * r->eighths / 8;
     cinfo.err = p_jpeg_std_error(&err->pub);
     err->pub.error_exit = on_error;
     err->pub.emit_message = on_message;
@@ -99,9 +110,9 @@ static enum outcome run(struct request *r, struct error_manager *err) {
         return FAILED;
     }
     p_jpeg_CreateDecompress(&cinfo, JPEG_LIB_VERSION, sizeof(cinfo));
-    p_jpeg_mem_src(&cinfo, r->data, r->size);
+    p_jpeg_mem_src(&cinfo, data, size);
     p_jpeg_read_header(&cinfo, TRUE);
-    r->image_height = cinfo.image_height;
+    r->image_height = cinfo.image_height + skipped_rows;
     r->image_width = cinfo.image_width;
     if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
         p_jpeg_destroy_decompress(&cinfo);
@@ -113,7 +124,7 @@ static enum outcome run(struct request *r, struct error_manager *err) {
     cinfo.scale_denom = 8;
     p_jpeg_start_decompress(&cinfo);
     unsigned int channels = r->gray ? 1 : 3;
-    if (r->height == 0 || r->width == 0 || r->top + r->height > cinfo.output_height ||
+    if (r->height == 0 || r->width == 0 || top + r->height > cinfo.output_height ||
         r->left + r->width > cinfo.output_width ||
         (Py_ssize_t)r->height * cinfo.output_width * channels > r->out_size) {
         p_jpeg_destroy_decompress(&cinfo);
@@ -130,29 +141,46 @@ static enum outcome run(struct request *r, struct error_manager *err) {
     if (cropped < cinfo.output_width) p_jpeg_crop_scanline(&cinfo, &xoffset, &cropped);
     r->row_width = cinfo.output_width;
     r->skip = r->left - xoffset;
-    if (r->top > 0 && p_jpeg_skip_scanlines(&cinfo, r->top) != r->top) {
+    if (top > 0 && p_jpeg_skip_scanlines(&cinfo, top) != top) {
         p_jpeg_destroy_decompress(&cinfo);
         return REFUSED;
     }
     Py_ssize_t stride = (Py_ssize_t)r->row_width * channels;
-    while (cinfo.output_scanline < r->top + r->height) {
-        JSAMPROW row = r->out + (cinfo.output_scanline - r->top) * stride;
+    while (cinfo.output_scanline < top + r->height) {
+        JSAMPROW row = r->out + (cinfo.output_scanline - top) * stride;
         if (p_jpeg_read_scanlines(&cinfo, &row, 1) != 1) break;
     }
-    int complete = cinfo.output_scanline == r->top + r->height && err->pub.num_warnings == 0;
+    int complete = cinfo.output_scanline == top + r->height && err->pub.num_warnings == 0;
     p_jpeg_destroy_decompress(&cinfo); /* the rows below the window are never decoded */
     return complete ? DECODED : REFUSED;
+}
+
+/* From the restart marker above the window when the JPEG has them (restart_rows.c), else (or
+ * when that JPEG is refused) from the first row, skipping the rows above with the library. */
+static enum outcome run(struct request *r, int from_restart_marker) {
+    struct error_manager err;
+    struct jpeg_rows rows = {NULL, 0, 0};
+    if (from_restart_marker && r->top > 0) jpeg_from_row(r->data, r->size, r->top * 8 / r->eighths, &rows);
+    if (rows.data != NULL) {
+        enum outcome outcome = decode_rows(r, &err, rows.data, (unsigned long)rows.size, rows.skipped_rows);
+        free(rows.data);
+        r->skipped_rows = rows.skipped_rows;
+        if (outcome == DECODED) return DECODED;
+    }
+    r->skipped_rows = 0;
+    return decode_rows(r, &err, r->data, r->size, 0);
 }
 
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer data, out;
     struct request r;
+    int from_restart_marker = 1;
     if (library == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "call load(path) with a libjpeg-turbo library first");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*w*IIIIIpp", &data, &out, &r.top, &r.left, &r.height, &r.width,
-                          &r.eighths, &r.gray, &r.fast_dct))
+    if (!PyArg_ParseTuple(args, "y*w*IIIIIpp|p", &data, &out, &r.top, &r.left, &r.height, &r.width,
+                          &r.eighths, &r.gray, &r.fast_dct, &from_restart_marker))
         return NULL;
     if (r.eighths < 1 || r.eighths > 16 || !PyBuffer_IsContiguous(&out, 'C')) {
         PyBuffer_Release(&data);
@@ -164,20 +192,19 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     r.size = (unsigned long)data.len;
     r.out = out.buf;
     r.out_size = out.len;
-    struct error_manager err;
     enum outcome outcome;
     Py_BEGIN_ALLOW_THREADS
-    outcome = run(&r, &err);
+    outcome = run(&r, from_restart_marker);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
     if (outcome != DECODED) Py_RETURN_NONE; /* the caller's general decoders report errors */
-    return Py_BuildValue("IIII", r.row_width, r.skip, r.image_height, r.image_width);
+    return Py_BuildValue("IIIII", r.row_width, r.skip, r.image_height, r.image_width, r.skipped_rows);
 }
 
 static PyMethodDef methods[] = {
     {"load", load, METH_VARARGS, "load(path): dlopen a libjpeg-turbo shared library."},
-    {"decode", decode, METH_VARARGS, "decode(data, out, top, left, height, width, eighths, gray, fast_dct)"},
+    {"decode", decode, METH_VARARGS, "decode(data, out, top, left, height, width, eighths, gray, fast_dct, from_restart_marker=True)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,6 +8,13 @@ every row to the iMCU columns that cover the window. Combined with DCT scaling (
 1/8 when the window stays at least as large as the output: the factors and rule simplejpeg uses)
 this is what the batch path does for every ``RandomResizedCrop`` window.
 
+Skipping rows still Huffman-decodes them (each block's DC coefficient is coded against the
+previous block's), and entropy decoding is most of a decode. The JPEGs imgpack packs carry a
+restart marker after every MCU row (``packer.jpeg_encode``); for those, the extension starts
+decoding at the marker one MCU row above the window instead (csrc/restart_rows.c: the same
+headers with a shorter frame, the data from that marker on, nothing re-encoded), and the rows
+above it are never read. Other JPEGs (originals, other tools' packs) skip rows as before.
+
 Where libjpeg-turbo comes from (a fresh machine needs nothing but pip): the small C extension
 ``readers._jpegwindow`` (csrc/jpegwindow.c, built by ``pip install`` with the vendored libjpeg
 6.2 headers) links no library; it ``dlopen``s the libjpeg-turbo that Pillow's wheel bundles
@@ -44,6 +51,9 @@ try:
 except ImportError:  # built by `pip install -e .`; without a C compiler the install skips it
     _jpegwindow = None
 
+# Start windows of JPEGs with restart rows at the marker above them (scripts/bench_jpegwindow.py
+# switches it off to measure what that gains over skipping the rows).
+FROM_RESTART_MARKERS = True
 EIGHTHS = (1, 2, 3, 4)  # DCT scales that at least halve the image (simplejpeg's min_factor=2)
 
 
@@ -132,10 +142,12 @@ def decode_window(
         shape = (-(-height * eighths // 8), -(-width * eighths // 8))
         window = scaled_window(window, (shape[0] / height, shape[1] / width), shape)
     top, left, h, w = window
-    result = DECODER.decode(data, scratch, top, left, h, w, eighths, channels == 1, fast_dct)
+    result = DECODER.decode(
+        data, scratch, top, left, h, w, eighths, channels == 1, fast_dct, FROM_RESTART_MARKERS
+    )
     if result is None:
         return None
-    row_width, skip, image_height, image_width = result
+    row_width, skip, image_height, image_width = result[:4]
     if (image_height, image_width) != stored:
         return None  # the record's size disagrees with the JPEG header: let the general path decide
     rows = scratch[: h * row_width * channels].reshape(h, row_width, channels)
