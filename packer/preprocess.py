@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from packer.jpeg_encode import encode_jpeg
 from readers import resample
 from readers.errors import OptionError
 from readers.geometry import centre_window, resized_size, round_size
@@ -208,7 +207,19 @@ def _encode(img: Image.Image, spec: PreprocessSpec) -> bytes:
     if spec.encode == "raw":
         return img.tobytes()
     if spec.encode == "jpeg":
-        return encode_jpeg(np.asarray(img), spec.quality)
+        if simplejpeg is not None:
+            array = np.asarray(img)
+            if img.mode == "L":
+                array = array[:, :, None]
+            return simplejpeg.encode_jpeg(
+                np.ascontiguousarray(array),
+                quality=spec.quality,
+                colorspace="GRAY" if img.mode == "L" else "RGB",
+                colorsubsampling="420",
+            )
+        buffer = io.BytesIO()
+        img.save(buffer, format="JPEG", quality=spec.quality)
+        return buffer.getvalue()
     buffer = io.BytesIO()
     if spec.encode == "png":
         img.save(buffer, format="PNG", compress_level=3)

@@ -9,11 +9,13 @@ every row to the iMCU columns that cover the window. Combined with DCT scaling (
 this is what the batch path does for every ``RandomResizedCrop`` window.
 
 Skipping rows still Huffman-decodes them (each block's DC coefficient is coded against the
-previous block's), and entropy decoding is most of a decode. The JPEGs imgpack packs carry a
-restart marker after every MCU row (``packer.jpeg_encode``); for those, the extension starts
-decoding at the marker one MCU row above the window instead (csrc/restart_rows.c: the same
-headers with a shorter frame, the data from that marker on, nothing re-encoded), and the rows
-above it are never read. Other JPEGs (originals, other tools' packs) skip rows as before.
+previous block's), and entropy decoding is most of a decode. For a JPEG with a restart marker at
+the start of MCU rows (some cameras and tools write them; Pillow: ``restart_marker_rows=1``) the
+extension starts decoding at the marker one MCU row above the window instead (csrc/restart_rows.c:
+the same headers with a shorter frame, the data from that marker on, nothing re-encoded), and the
+rows above it are never read. imgpack does not write such markers: libjpeg-turbo decodes a JPEG
+with a restart interval 4-6% slower throughout, which cancels what the jump saves on training
+crops (README, "Decoding only the crop window").
 
 Where libjpeg-turbo comes from (a fresh machine needs nothing but pip): the small C extension
 ``readers._jpegwindow`` (csrc/jpegwindow.c, built by ``pip install`` with the vendored libjpeg

@@ -3,7 +3,8 @@ pixels, the rows above never read, and damaged or unusual JPEGs left to the norm
 
 JPEGs are made with OpenCV (every chroma sampling it writes, restart intervals of one MCU row,
 two rows and three MCUs) and with Pillow; the reference is the same library's whole decode at the
-same DCT scale, cropped.
+same DCT scale, cropped. imgpack's packer writes no restart markers (see readers/jpegwindow.py);
+JPEGs that have them reach the readers as originals (``--encode original``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import torch
 from PIL import Image
 
 import readers.batch
-from packer.jpeg_encode import encode_jpeg, restart_interval
 from readers import RandomResizedCrop, jpegwindow, open_iterable
 from readers.formats import open_reader
 
@@ -46,6 +46,14 @@ def cv_jpeg(image: np.ndarray, sampling: int, interval: int) -> bytes:
     ok, data = cv2.imencode(".jpg", image, params + [cv2.IMWRITE_JPEG_RST_INTERVAL, interval])
     assert ok
     return data.tobytes()
+
+
+def marked_jpeg(image: np.ndarray) -> bytes:
+    """A 4:2:0 (or grey) JPEG with a restart marker at the start of every MCU row (OpenCV counts
+    the interval in MCUs: 16 px wide in colour, 8 px blocks in grey)."""
+    grey = image.ndim == 2
+    per_row = -(-image.shape[1] // (8 if grey else 16))
+    return cv_jpeg(image, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420, per_row)
 
 
 def decode(data: bytes, shape, channels: int, top: int, left: int, height: int, width: int, eighths: int,
@@ -113,11 +121,11 @@ def test_grey_jpegs_from_the_packer_and_from_pillow():
         grey = textured(*size)[..., 1].copy()
         buffer = io.BytesIO()
         Image.fromarray(grey).save(buffer, "JPEG", quality=90, restart_marker_rows=1)
-        for data in (encode_jpeg(grey, 90), buffer.getvalue()):
+        for data in (marked_jpeg(grey), buffer.getvalue()):
             assert Image.open(io.BytesIO(data)).mode == "L"
             assert check_every_top(data, size, 1, 8, True, rng) > 0
-        # The packer's colour JPEGs, decoded to colour and to grey.
-        colour = encode_jpeg(textured(*size), 90)
+        # Colour JPEGs, decoded to colour and to grey.
+        colour = marked_jpeg(textured(*size))
         for channels in (3, 1):
             assert check_every_top(colour, size, channels, 16, True, rng) > 0
 
@@ -134,7 +142,7 @@ def test_jpegs_without_usable_markers_skip_rows_as_before():
             assert skipped == 0
             np.testing.assert_array_equal(pixels, whole[top:])
     # from_restart_marker=False never starts at a marker, and gives the same pixels.
-    marked = encode_jpeg(image, 90)
+    marked = marked_jpeg(image)
     jumped, _ = decode(marked, (200, 160), 3, 120, 0, 80, 160, 8)
     skipped_rows, skipped = decode(marked, (200, 160), 3, 120, 0, 80, 160, 8, from_marker=False)
     assert skipped == 0
@@ -147,8 +155,7 @@ def restart_offsets(data: bytes) -> list[int]:
 
 
 def test_damaged_markers_above_the_window_are_refused_not_decoded_wrong():
-    image = textured(256, 256)
-    data = encode_jpeg(image, 90)
+    data = marked_jpeg(textured(256, 256))
     offsets = restart_offsets(data)
     assert len(offsets) == 256 // 16 - 1
     window = (200, 0, 56, 256)
@@ -169,7 +176,7 @@ def test_damaged_markers_above_the_window_are_refused_not_decoded_wrong():
 
 def test_random_damage_never_crashes_and_both_paths_agree_where_both_decode():
     rng = np.random.default_rng(3)
-    data = encode_jpeg(textured(96, 80), 90)
+    data = marked_jpeg(textured(96, 80))
     scan = data.index(b"\xff\xda")
     agreed = 0
     for case in range(400):
@@ -190,28 +197,25 @@ def test_random_damage_never_crashes_and_both_paths_agree_where_both_decode():
     assert agreed > 50
 
 
-def test_packed_jpegs_carry_a_marker_per_mcu_row_at_a_small_cost(packed, tmp_path):
-    # restart_interval is in MCUs: a row of 16 px MCUs in colour, 8 px blocks in grey.
-    assert restart_interval(256, grey=False) == 16 and restart_interval(257, grey=True) == 33
+def test_originals_with_restart_rows_are_packed_unchanged_and_start_at_a_marker(packed, tmp_path):
     source = tmp_path / "src" / "a"
     source.mkdir(parents=True)
-    images = {}  # by height, which differs per image
+    files = {}  # by height, which differs per image
     for i in range(4):
-        images[300 + 17 * i] = textured(300 + 17 * i, 260, seed=i)
-        Image.fromarray(images[300 + 17 * i]).save(source / f"{i}.png")
-    path = packed("lmdb", src=tmp_path / "src", encode="jpeg", quality=90)
+        files[300 + 17 * i] = marked_jpeg(textured(300 + 17 * i, 260, seed=i))
+        (source / f"{i}.jpg").write_bytes(files[300 + 17 * i])
+    path = packed("lmdb", src=tmp_path / "src", encode="original")
     reader = open_reader(path)
     for record in reader.read_many(np.arange(4)):
         data = bytes(record.data)
-        rows = -(-record.height // 16)
-        assert len(restart_offsets(data)) == rows - 1
-        bgr = np.ascontiguousarray(images[record.height][..., ::-1])
-        plain = cv_jpeg(bgr, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420, 0)
-        # Per row: the marker, up to a byte of padding, the DC values coded afresh (a few bits).
-        assert len(data) - len(plain) <= 8 * rows
+        assert data == files[record.height]
+        assert len(restart_offsets(data)) == -(-record.height // 16) - 1
         shape = (record.height, record.width)
-        _, skipped = decode(data, shape, 3, record.height - 40, 0, 40, record.width, 8)
+        window = (record.height - 40, 0, 40, record.width)
+        pixels, skipped = decode(data, shape, 3, *window, 8)
         assert skipped >= record.height - 40 - 32
+        whole, _ = decode(data, shape, 3, 0, 0, *shape, 8)
+        np.testing.assert_array_equal(pixels, whole[-40:])
 
 
 class CountingDecoder:
@@ -231,8 +235,8 @@ def test_training_batches_from_restart_markers_equal_whole_decodes(packed, tmp_p
     for i in range(12):
         folder = source / f"class{i % 2}"
         folder.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(textured(180 + 11 * i, 150 + 7 * i, seed=i)).save(folder / f"{i}.png")
-    path = packed("lmdb", src=source, encode="jpeg", quality=90)
+        (folder / f"{i}.jpg").write_bytes(marked_jpeg(textured(180 + 11 * i, 150 + 7 * i, seed=i)))
+    path = packed("lmdb", src=source, encode="original")
 
     def epoch(**options) -> torch.Tensor:
         crop = RandomResizedCrop(48)
