@@ -177,7 +177,7 @@ static enum outcome run(struct request *r, int from_restart_marker) {
         r->skipped_rows = rows.skipped_rows;
         if (outcome == DECODED) return DECODED;
     }
-    r->skipped_rows = 0;
+    r->skipped_rows = 0; /* the built JPEG was refused (or none could be built): the original */
     return decode_rows(r, &err, r->data, r->size, 0);
 }
 

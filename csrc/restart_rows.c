@@ -4,7 +4,7 @@
  * coded as differences, so each block depends on all blocks before it), and entropy decoding is
  * most of a decode. A restart marker resets that chain: the data after RSTn starts a new,
  * byte-aligned interval whose DC predictors are zero. When a marker sits at the start of an MCU
- * row (imgpack packs JPEGs with one after every MCU row), the data from that marker on is a
+ * row (some cameras and tools write one after every MCU row), the data from that marker on is a
  * valid scan of a shorter image: the same headers with the frame's height reduced by the rows
  * left out, that data, the later markers renumbered from RST0, and EOI. Nothing is re-encoded.
  *
@@ -108,7 +108,7 @@ void jpeg_from_row(const unsigned char *d, size_t n, unsigned int first_row, str
     unsigned long long rows = (L.height + L.mcu_height - 1) / L.mcu_height;
     unsigned long long intervals = (rows * L.mcus_per_row + L.interval - 1) / L.interval;
 
-    size_t start = 0, end = n, i = L.scan;
+    size_t start = 0, i = L.scan;
     unsigned long long count = 0;
     for (;;) {
         i = next_marker(d, i, n);
@@ -119,7 +119,7 @@ void jpeg_from_row(const unsigned char *d, size_t n, unsigned int first_row, str
         count++;
         i += 2;
     }
-    end = i;
+    size_t end = i; /* the marker that ends the scan */
     if (d[end + 1] != 0xD9 || count != intervals - 1 || start == 0) return;
 
     size_t head = L.scan, body = end - start;

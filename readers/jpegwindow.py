@@ -53,7 +53,7 @@ try:
 except ImportError:  # built by `pip install -e .`; without a C compiler the install skips it
     _jpegwindow = None
 
-# Start windows of JPEGs with restart rows at the marker above them (scripts/bench_jpegwindow.py
+# Start windows of JPEGs with restart rows at the marker above them (scripts/bench_restart_rows.py
 # switches it off to measure what that gains over skipping the rows).
 FROM_RESTART_MARKERS = True
 EIGHTHS = (1, 2, 3, 4)  # DCT scales that at least halve the image (simplejpeg's min_factor=2)

@@ -26,6 +26,7 @@ from readers import RandomResizedCrop, jpegwindow, open_iterable
 from readers.decode import decode_array
 from readers.geometry import Window, scaled_window
 from readers.record import Record
+from tests.helpers_jpeg import textured_pixels
 
 SIZES = [(257, 383), (33, 17), (100, 101), (512, 300)]
 KINDS = {
@@ -39,12 +40,7 @@ KINDS = {
 
 
 def textured(height: int, width: int, mode: str = "RGB", seed: int = 0) -> Image.Image:
-    """Gradients plus noise: every MCU differs, and chroma changes across every block edge."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([x * 255 // width, y * 255 // height, (x * 7 + y * 3) % 256], -1)
-    noisy = np.clip(base + rng.integers(-40, 40, base.shape), 0, 255).astype(np.uint8)
-    return Image.fromarray(noisy).convert(mode)
+    return Image.fromarray(textured_pixels(height, width, seed)).convert(mode)
 
 
 def jpeg_bytes(image: Image.Image, **options) -> bytes:

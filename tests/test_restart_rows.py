@@ -20,6 +20,8 @@ from PIL import Image
 import readers.batch
 from readers import RandomResizedCrop, jpegwindow, open_iterable
 from readers.formats import open_reader
+from readers.loader import make_loader
+from tests.helpers_jpeg import textured_pixels
 
 pytestmark = pytest.mark.skipif(jpegwindow.DECODER is None, reason="test_jpegwindow.py fails for this")
 
@@ -32,13 +34,6 @@ SAMPLING = {
     "444": (cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444, (8, 8)),
 }
 SIZES = [(257, 383), (33, 17), (100, 101), (70, 48)]
-
-
-def textured(height: int, width: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width]
-    base = np.stack([x * 255 // width, y * 255 // height, (x * 7 + y * 3) % 256], -1)
-    return np.clip(base + rng.integers(-40, 40, base.shape), 0, 255).astype(np.uint8)
 
 
 def cv_jpeg(image: np.ndarray, sampling: int, interval: int) -> bytes:
@@ -110,7 +105,7 @@ def test_windows_from_a_restart_marker_equal_the_whole_decode(sampling):
     for size in SIZES:
         per_row = -(-size[1] // mcu_width)
         for interval in (per_row, 2 * per_row, 3):
-            data = cv_jpeg(textured(*size), flag, interval)
+            data = cv_jpeg(textured_pixels(*size), flag, interval)
             jumped += check_every_top(data, size, 3, mcu_height, interval == per_row, rng)
     assert jumped > 100
 
@@ -118,20 +113,20 @@ def test_windows_from_a_restart_marker_equal_the_whole_decode(sampling):
 def test_grey_jpegs_from_the_packer_and_from_pillow():
     rng = np.random.default_rng(1)
     for size in SIZES:
-        grey = textured(*size)[..., 1].copy()
+        grey = textured_pixels(*size)[..., 1].copy()
         buffer = io.BytesIO()
         Image.fromarray(grey).save(buffer, "JPEG", quality=90, restart_marker_rows=1)
         for data in (marked_jpeg(grey), buffer.getvalue()):
             assert Image.open(io.BytesIO(data)).mode == "L"
             assert check_every_top(data, size, 1, 8, True, rng) > 0
         # Colour JPEGs, decoded to colour and to grey.
-        colour = marked_jpeg(textured(*size))
+        colour = marked_jpeg(textured_pixels(*size))
         for channels in (3, 1):
             assert check_every_top(colour, size, channels, 16, True, rng) > 0
 
 
 def test_jpegs_without_usable_markers_skip_rows_as_before():
-    image = textured(200, 160)
+    image = textured_pixels(200, 160)
     no_markers = cv_jpeg(image, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420, 0)
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, "JPEG", quality=90, progressive=True, restart_marker_rows=1)
@@ -155,7 +150,7 @@ def restart_offsets(data: bytes) -> list[int]:
 
 
 def test_damaged_markers_above_the_window_are_refused_not_decoded_wrong():
-    data = marked_jpeg(textured(256, 256))
+    data = marked_jpeg(textured_pixels(256, 256))
     offsets = restart_offsets(data)
     assert len(offsets) == 256 // 16 - 1
     window = (200, 0, 56, 256)
@@ -176,7 +171,7 @@ def test_damaged_markers_above_the_window_are_refused_not_decoded_wrong():
 
 def test_random_damage_never_crashes_and_both_paths_agree_where_both_decode():
     rng = np.random.default_rng(3)
-    data = marked_jpeg(textured(96, 80))
+    data = marked_jpeg(textured_pixels(96, 80))
     scan = data.index(b"\xff\xda")
     agreed = 0
     for case in range(400):
@@ -202,7 +197,7 @@ def test_originals_with_restart_rows_are_packed_unchanged_and_start_at_a_marker(
     source.mkdir(parents=True)
     files = {}  # by height, which differs per image
     for i in range(4):
-        files[300 + 17 * i] = marked_jpeg(textured(300 + 17 * i, 260, seed=i))
+        files[300 + 17 * i] = marked_jpeg(textured_pixels(300 + 17 * i, 260, seed=i))
         (source / f"{i}.jpg").write_bytes(files[300 + 17 * i])
     path = packed("lmdb", src=tmp_path / "src", encode="original")
     reader = open_reader(path)
@@ -235,14 +230,15 @@ def test_training_batches_from_restart_markers_equal_whole_decodes(packed, tmp_p
     for i in range(12):
         folder = source / f"class{i % 2}"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{i}.jpg").write_bytes(marked_jpeg(textured(180 + 11 * i, 150 + 7 * i, seed=i)))
+        (folder / f"{i}.jpg").write_bytes(marked_jpeg(textured_pixels(180 + 11 * i, 150 + 7 * i, seed=i)))
     path = packed("lmdb", src=source, encode="original")
 
-    def epoch(**options) -> torch.Tensor:
+    def epoch(workers: int = 0) -> torch.Tensor:
         crop = RandomResizedCrop(48)
-        it = open_iterable(path, batch_size=4, layout="HWC", seed=5, crop=crop, flip=True, **options)
+        it = open_iterable(path, batch_size=4, layout="HWC", seed=5, crop=crop, flip=True)
         it.set_epoch(3)
-        return torch.cat([x.clone() for x, _ in it])
+        loader = make_loader(it, num_workers=workers) if workers else it
+        return torch.cat([x.clone() for x, _ in loader])
 
     counting = CountingDecoder(jpegwindow.DECODER)
     monkeypatch.setattr(jpegwindow, "DECODER", counting)
@@ -251,6 +247,8 @@ def test_training_batches_from_restart_markers_equal_whole_decodes(packed, tmp_p
     monkeypatch.setattr(readers.batch, "decode_window", lambda *args, **kwargs: None)
     np.testing.assert_array_equal(from_markers.numpy(), epoch().numpy())
     monkeypatch.undo()
+    # Real DataLoader workers decode from the markers the same way.
+    np.testing.assert_array_equal(epoch(workers=2).numpy(), from_markers.numpy())
     per_sample = open_iterable(path, decode="numpy", seed=5, crop=RandomResizedCrop(48), flip=True)
     per_sample.set_epoch(3)
     np.testing.assert_array_equal(np.stack([a for a, _ in per_sample]), from_markers.numpy())
