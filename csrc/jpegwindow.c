@@ -96,6 +96,22 @@ struct request {
     unsigned int skipped_rows; /* full-size rows above the window not even entropy-decoded */
 };
 
+/* Whether libjpeg will smooth blocks: a progressive JPEG whose scans left some low-frequency
+ * coefficient unknown or not fully refined (a file that ends after some scans decodes without a
+ * warning) has its missing AC coefficients estimated from the neighbouring blocks, and a cropped
+ * row has no left neighbour at its first block column: the window's left edge would differ from
+ * the whole decode (by up to 53 grey levels, measured). Such JPEGs are decoded in whole rows.
+ * coef_bits is final here: jpeg_start_decompress has read every scan. Coefficients 0..9 are the
+ * ones libjpeg-turbo's smoothing looks at (jdcoefct.c, smoothing_ok). */
+static int smooths_blocks(const struct jpeg_decompress_struct *cinfo) {
+    if (!cinfo->progressive_mode || !cinfo->do_block_smoothing) return 0;
+    if (cinfo->coef_bits == NULL) return 1;
+    for (int c = 0; c < cinfo->num_components; c++)
+        for (int k = 0; k < 10; k++)
+            if (cinfo->coef_bits[c][k] != 0) return 1;
+    return 0;
+}
+
 /* Decodes r's window from the JPEG `data` whose first row is the image's full-size row
  * `skipped_rows` (0: the original; else a jpeg_from_row JPEG). */
 static enum outcome decode_rows(struct request *r, struct error_manager *err, const unsigned char *data,
@@ -145,7 +161,8 @@ static enum outcome decode_rows(struct request *r, struct error_manager *err, co
     if (right < xoffset + 4) right = xoffset + 4;
     if (right > cinfo.output_width) right = cinfo.output_width;
     JDIMENSION cropped = right - xoffset;
-    if (cropped < cinfo.output_width) p_jpeg_crop_scanline(&cinfo, &xoffset, &cropped);
+    if (cropped < cinfo.output_width && !smooths_blocks(&cinfo)) p_jpeg_crop_scanline(&cinfo, &xoffset, &cropped);
+    else xoffset = 0; /* whole rows: decoded as a whole decode decodes them */
     r->row_width = cinfo.output_width;
     r->skip = r->left - xoffset;
     if (top > 0 && p_jpeg_skip_scanlines(&cinfo, top) != top) {
@@ -189,15 +206,34 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_RuntimeError, "call load(path) with a libjpeg-turbo library first");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "y*w*IIIIIpp|p", &data, &out, &r.top, &r.left, &r.height, &r.width,
-                          &r.eighths, &r.gray, &r.fast_dct, &from_restart_marker))
-        return NULL;
-    if (r.eighths < 1 || r.eighths > 16 || !PyBuffer_IsContiguous(&out, 'C')) {
-        PyBuffer_Release(&data);
-        PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "eighths must be 1..16 and out C-contiguous");
+    /* Signed and range-checked before any unsigned conversion ("I" would wrap 2**32 - 1 and 2**33). */
+    Py_ssize_t top, left, height, width, eighths;
+    if (!PyArg_ParseTuple(args, "y*w*nnnnnpp|p", &data, &out, &top, &left, &height, &width, &eighths,
+                          &r.gray, &r.fast_dct, &from_restart_marker)) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_SetString(PyExc_ValueError, "top, left, height and width must be 0..65500 (the libjpeg limit)");
+        }
         return NULL;
     }
+    const char *wrong = NULL;
+    if (top < 0 || left < 0 || height < 0 || width < 0 || top > JPEG_MAX_DIMENSION ||
+        left > JPEG_MAX_DIMENSION || height > JPEG_MAX_DIMENSION || width > JPEG_MAX_DIMENSION)
+        wrong = "top, left, height and width must be 0..65500 (the libjpeg limit)";
+    else if (eighths < 1 || eighths > 16)
+        wrong = "eighths must be 1..16";
+    else if (!PyBuffer_IsContiguous(&out, 'C'))
+        wrong = "out must be C-contiguous";
+    if (wrong != NULL) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, wrong);
+        return NULL;
+    }
+    r.top = (unsigned int)top;
+    r.left = (unsigned int)left;
+    r.height = (unsigned int)height;
+    r.width = (unsigned int)width;
+    r.eighths = (unsigned int)eighths;
     r.data = data.buf;
     r.size = (unsigned long)data.len;
     r.out = out.buf;
