@@ -56,6 +56,9 @@ except ImportError:  # built by `pip install -e .`; without a C compiler the ins
 # Start windows of JPEGs with restart rows at the marker above them (scripts/bench_restart_rows.py
 # switches it off to measure what that gains over skipping the rows).
 FROM_RESTART_MARKERS = True
+# The libjpeg-turbo the extension dlopened (the sanitizer replay checks it tests the same one).
+LIBRARY: str | None = None
+MAX_DIMENSION = 65500  # libjpeg's JPEG_MAX_DIMENSION; the extension refuses larger arguments
 EIGHTHS = (1, 2, 3, 4)  # DCT scales that at least halve the image (simplejpeg's min_factor=2)
 
 
@@ -74,6 +77,7 @@ def _library_candidates() -> list[str]:
 
 
 def _load() -> Any:
+    global LIBRARY
     if _jpegwindow is None or os.environ.get("IMGPACK_JPEG_WINDOW") == "0":
         return None
     for path in _library_candidates():
@@ -81,6 +85,7 @@ def _load() -> Any:
             _jpegwindow.load(path)
         except OSError:
             continue  # not libjpeg-turbo, or too old: try the next one
+        LIBRARY = path
         return _jpegwindow if _decodes_like_simplejpeg(_jpegwindow) else None
     return None
 
@@ -144,6 +149,8 @@ def decode_window(
         shape = (-(-height * eighths // 8), -(-width * eighths // 8))
         window = scaled_window(window, (shape[0] / height, shape[1] / width), shape)
     top, left, h, w = window
+    if max(top + h, left + w) > MAX_DIMENSION:
+        return None  # no JPEG libjpeg decodes is that large: the general decoders say what is wrong
     result = DECODER.decode(
         data, scratch, top, left, h, w, eighths, channels == 1, fast_dct, FROM_RESTART_MARKERS
     )
