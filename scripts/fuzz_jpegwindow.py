@@ -27,7 +27,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.jpeg_corpus import jpeg_size, seeds, window_params  # noqa: E402
-from tests.jpeg_differential import ROOT, SANITIZER_FLAGS, build_extension, install_extension  # noqa: E402
+from tests.jpeg_differential import (  # noqa: E402
+    ROOT,
+    SANITIZER_FLAGS,
+    build_extension,
+    gcc_runtime,
+    install_extension,
+)
 
 SLOTS = 65536  # csrc/fuzz/coverage.c's IMGPACK_COV_SLOTS
 
@@ -107,11 +113,6 @@ def summary(log: str, returncode: int, work: Path) -> dict:
     }
 
 
-def gcc_file(name: str) -> str:
-    found = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True)
-    return found.stdout.strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=60)
@@ -126,7 +127,7 @@ def main() -> None:
     so = build(work)
     write_seeds(work / "corpus")
     # libstdc++ preloaded too: ASan resolves the real __cxa_throw (atheris's C++ core throws) at start.
-    preload = [gcc_file("libasan.so"), gcc_file("libstdc++.so.6")]
+    preload = [gcc_runtime("libasan.so"), gcc_runtime("libstdc++.so.6")]
     env = {
         **os.environ,
         "LD_PRELOAD": " ".join(preload),

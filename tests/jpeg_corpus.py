@@ -154,7 +154,8 @@ def mutate(data: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
     if kind == 5 and segments:  # a segment length off by a little or a lot
         i, _ = segments[int(rng.integers(len(segments)))]
         length = int.from_bytes(b[i + 2 : i + 4], "big")
-        b[i + 2 : i + 4] = int(np.clip(length + rng.choice([-3, -1, 1, 2, 200, -length]), 0, 65535)).to_bytes(2, "big")
+        length = int(np.clip(length + rng.choice([-3, -1, 1, 2, 200, -length]), 0, 65535))
+        b[i + 2 : i + 4] = length.to_bytes(2, "big")
         return "segment-length", bytes(b)
     if kind == 6:  # restart markers renumbered, swapped or dropped
         rst = [i for i in range(n - 1) if b[i] == 0xFF and 0xD0 <= b[i + 1] <= 0xD7]
@@ -190,7 +191,10 @@ def mutants(corpus: dict[str, bytes], count: int, seed: int = 0) -> Iterator[tup
         yield f"{name}-{damage}-{k}", data
 
 
-def window_params(prefix: bytes, size: tuple[int, int] | None) -> tuple[int, int, int, int, int, bool, bool, bool]:
+WindowParams = tuple[int, int, int, int, int, bool, bool, bool]
+
+
+def window_params(prefix: bytes, size: tuple[int, int] | None) -> WindowParams:
     """(top, left, height, width, eighths, gray, fast_dct, from_restart_marker) from 6 bytes, in
     the image's scaled coordinates: the fuzzer steers the window with them."""
     p = (prefix + bytes(6))[:6]

@@ -23,27 +23,34 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import os
 import shutil
 import subprocess
 import sys
 import sysconfig
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 
-from tests.jpeg_corpus import jpeg_size, window_params
+from tests.jpeg_corpus import WindowParams, jpeg_size, window_params
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [ROOT / "csrc" / "jpegwindow.c", ROOT / "csrc" / "restart_rows.c"]
 CANARY = 0xA5
-SANITIZER_FLAGS = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]
+SANITIZER_FLAGS = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+SANITIZER_FLAGS += ["-fno-sanitize-recover=all"]  # UBSan stops at its first report
 
 
-def build_extension(dest: Path, cflags: list[str], objects: list[Path] = ()) -> Path:  # type: ignore[assignment]
+def gcc_runtime(name: str) -> str:
+    """The path of one of gcc's runtime libraries (libasan.so, libstdc++.so.6)."""
+    found = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True, check=True)
+    return found.stdout.strip()
+
+
+def build_extension(dest: Path, cflags: list[str], objects: Sequence[Path] = ()) -> Path:
     """csrc/ compiled with ``cflags`` (and linked with ``objects``) into dest/_jpegwindow*.so."""
     dest.mkdir(parents=True, exist_ok=True)
     so = dest / ("_jpegwindow" + sysconfig.get_config_var("EXT_SUFFIX"))
@@ -85,13 +92,13 @@ def _pillow_whole(data: bytes, gray: bool) -> np.ndarray | None:
     return array.reshape(*array.shape[:2], 1 if gray else 3)
 
 
-def check_window(decoder: Any, data: bytes, params: tuple) -> tuple[str, list[str]]:
+def check_window(decoder: Any, data: bytes, params: WindowParams) -> tuple[str, list[str]]:
     """Decode one window; (what happened: refused / decoded / checked-pillow, the problems)."""
     top, left, h, w, eighths, gray, fast_dct, jump = params
     size = jpeg_size(data)
     channels = 1 if gray else 3
     height, width = (min(v, 65500) for v in size or (64, 64))  # as window_params
-    sh, sw = -(-height * eighths // 8), -(-width * eighths // 8)
+    sw = -(-width * eighths // 8)
     buffer_size = max(1, h * sw * channels)
     whole, out = _guarded(buffer_size)
     try:
@@ -134,7 +141,7 @@ def check_window(decoder: Any, data: bytes, params: tuple) -> tuple[str, list[st
     return "checked-pillow", problems
 
 
-def windows_for(name: str, data: bytes, count: int) -> list[tuple]:
+def windows_for(name: str, data: bytes, count: int) -> list[WindowParams]:
     """``count`` windows for a file, a function of its name (a failure reproduces from it): the
     whole image first, then random ones at random scales, flags and IDCTs."""
     rng = np.random.default_rng(zlib.crc32(name.encode()))
@@ -168,7 +175,8 @@ def main() -> None:
     assert jpegwindow.DECODER is not None, "the sanitized build found no libjpeg-turbo"
     summary = replay(jpegwindow.DECODER, corpus, findings)
     summary["library"] = jpegwindow.LIBRARY
-    summary["pid"] = os.getpid()
+    maps = Path("/proc/self/maps").read_text()
+    summary["sanitizers"] = [name for name in ("libasan", "libubsan") if name in maps]
     print(json.dumps(summary))
 
 
