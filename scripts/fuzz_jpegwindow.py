@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.jpeg_corpus import jpeg_size, seeds, window_params  # noqa: E402
+from tests.jpeg_variants import build_tool, variants  # noqa: E402
 from tests.jpeg_differential import (  # noqa: E402
     ROOT,
     SANITIZER_FLAGS,
@@ -64,9 +65,14 @@ def register_coverage(so: Path) -> None:
     core.__sanitizer_cov_pcs_init(ctypes.c_void_p(pcs), ctypes.c_void_p(pcs_end))
 
 
-def write_seeds(corpus: Path) -> None:
+def write_seeds(work: Path) -> None:
+    """The seed corpus: tests/jpeg_corpus.py's files and the arithmetic and 12-bit variants."""
+    from readers import jpegwindow  # the normal build, in this (parent) process only
+
+    corpus = work / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)
-    for i, (name, data) in enumerate(sorted(seeds().items())):
+    files = {**seeds(), **variants(build_tool(work / "tool"), jpegwindow.LIBRARY or "libjpeg.so.62")}
+    for i, (name, data) in enumerate(sorted(files.items())):
         prefix = bytes([(i * 37) % 256, (i * 91) % 256, 128 + i % 128, 96 + i % 160, i % 8, i % 8])
         (corpus / f"{name}.in").write_bytes(prefix + data)
 
@@ -125,7 +131,7 @@ def main() -> None:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     so = build(work)
-    write_seeds(work / "corpus")
+    write_seeds(work)
     # libstdc++ preloaded too: ASan resolves the real __cxa_throw (atheris's C++ core throws) at start.
     preload = [gcc_runtime("libasan.so"), gcc_runtime("libstdc++.so.6")]
     env = {

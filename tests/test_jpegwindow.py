@@ -26,7 +26,9 @@ from readers import RandomResizedCrop, jpegwindow, open_iterable
 from readers.decode import decode_array
 from readers.geometry import Window, scaled_window
 from readers.record import Record
+from tests.helpers_formats import formats_storing
 from tests.helpers_jpeg import textured_pixels
+from tests.jpeg_corpus import first_scans, markers
 
 SIZES = [(257, 383), (33, 17), (100, 101), (512, 300)]
 KINDS = {
@@ -292,3 +294,91 @@ def test_a_library_that_decodes_differently_is_not_used():
 
     assert not jpegwindow._decodes_like_simplejpeg(Refusing())
     assert not jpegwindow._decodes_like_simplejpeg(OffByOne())
+
+
+def progressive_cut_after_each_scan(height: int, width: int, mode: str) -> list[bytes]:
+    """A progressive JPEG ended (with EOI) after 1, 2, ... of its scans: libjpeg decodes each
+    without a warning and estimates the missing coefficients from neighbouring blocks."""
+    whole = jpeg_bytes(textured(height, width, mode, seed=width), progressive=True)
+    return [first_scans(whole, k) for k in range(1, len(markers(whole, 0xDA)))]
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_progressive_jpegs_ending_after_some_scans_give_the_whole_decodes_window(mode):
+    # Issue 31 case 3: cropped rows had no left neighbour for block smoothing, so the window's
+    # left edge differed from the whole decode (up to 53 grey levels; 75% of random windows).
+    rng = np.random.default_rng(31)
+    channels = 1 if mode == "L" else 3
+    checked = 0
+    for stored in [(100, 131), (190, 257)]:
+        for data in progressive_cut_after_each_scan(*stored, mode):
+            with Image.open(io.BytesIO(data)) as image:
+                full = np.asarray(image).reshape(*stored, channels)  # Pillow: the whole decode
+            for window in windows(*stored, rng, count=12):
+                scratch = np.empty(stored[0] * stored[1] * channels, np.uint8)
+                got = jpegwindow.decode_window(data, stored, window, window[2:], channels, scratch)
+                assert got is not None, (stored, window)
+                top, left, h, w = window
+                np.testing.assert_array_equal(got, full[top : top + h, left : left + w], err_msg=str(window))
+                # DCT-scaled windows too, against the same library's whole decode at that scale.
+                out = (max(1, h // 4), max(1, w // 4))
+                got = jpegwindow.decode_window(data, stored, window, out, channels, scratch)
+                want, _ = whole_then_crop(data, stored, window, out, channels, False)
+                np.testing.assert_array_equal(got, want, err_msg=f"{window} {out}")
+                checked += 1
+    assert checked > 200
+
+
+@pytest.mark.parametrize("fmt", formats_storing("original"))
+def test_original_packs_of_cut_progressive_jpegs_read_the_same_on_every_path(packed, tmp_path, monkeypatch, fmt):
+    # Case 3 in the readers: `--encode original` keeps such files as they are, and every read
+    # path (batches, DataLoader workers, per-sample) must give the whole decode's crop.
+    root = tmp_path / "src"
+    for i, data in enumerate(progressive_cut_after_each_scan(120, 161, "RGB")):
+        folder = root / f"class{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i:02d}.jpg").write_bytes(data)
+    path = packed(fmt, src=root, encode="original")
+    options = {"crop": RandomResizedCrop(48, scale=(0.08, 1.0)), "flip": True}
+    calls = {"decoded": 0}
+    monkeypatch.setattr(readers.batch, "decode_window", counting_decoder(calls))
+    windowed = batches(path, **options)
+    assert calls["decoded"] >= 8
+    monkeypatch.setattr(readers.batch, "decode_window", lambda *args, **kwargs: None)
+    whole = batches(path, **options)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(windowed.numpy(), whole.numpy())
+    np.testing.assert_array_equal(batches(path, workers=2, **options).numpy(), whole.numpy())
+    per_sample = open_iterable(path, decode="numpy", shuffle=False, seed=3, **options)
+    per_sample.set_epoch(2)
+    np.testing.assert_array_equal(np.stack([a for a, _ in per_sample]), whole.numpy())
+
+
+@pytest.mark.parametrize("argument", ["top", "left", "height", "width"])
+@pytest.mark.parametrize("value", [2**32 - 1, 2**33, -1, 2**64, 65501])
+def test_the_c_api_refuses_window_arguments_outside_the_jpeg_limit(argument, value):
+    # Issue 31 case 10: unsigned arguments wrapped (left = 2**32 - 1 with width 16 "decoded",
+    # left = 2**33 was taken as 0).
+    data = jpeg_bytes(textured(64, 64))
+    out = np.empty(64 * 64 * 3, np.uint8)
+    args = {"top": 0, "left": 0, "height": 16, "width": 16}
+    assert jpegwindow.DECODER.decode(data, out, *args.values(), 8, False, False) is not None
+    args[argument] = value
+    with pytest.raises(ValueError, match="0..65500"):
+        jpegwindow.DECODER.decode(data, out, *args.values(), 8, False, False)
+
+
+@pytest.mark.parametrize("eighths", [0, 17, -1, 2**32 + 8])
+def test_the_c_api_refuses_scales_outside_one_to_sixteen_eighths(eighths):
+    data = jpeg_bytes(textured(64, 64))
+    out = np.empty(64 * 64 * 3, np.uint8)
+    with pytest.raises(ValueError, match="eighths"):
+        jpegwindow.DECODER.decode(data, out, 0, 0, 16, 16, eighths, False, False)
+
+
+def test_a_window_beyond_the_jpeg_limit_goes_to_the_general_decoders():
+    # A record claiming a size no JPEG can have: decode_window refuses (None), it does not raise.
+    data = jpeg_bytes(textured(64, 64))
+    scratch = np.empty(16 * 70000 * 3, np.uint8)
+    window = Window(0, 65490, 16, 20)
+    assert jpegwindow.decode_window(data, (64, 70000), window, (16, 20), 3, scratch) is None
