@@ -27,7 +27,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.jpeg_corpus import jpeg_size, seeds, window_params  # noqa: E402
-from tests.jpeg_variants import build_tool, variants  # noqa: E402
 from tests.jpeg_differential import (  # noqa: E402
     ROOT,
     SANITIZER_FLAGS,
@@ -35,6 +34,7 @@ from tests.jpeg_differential import (  # noqa: E402
     gcc_runtime,
     install_extension,
 )
+from tests.jpeg_variants import build_tool, variants  # noqa: E402
 
 SLOTS = 65536  # csrc/fuzz/coverage.c's IMGPACK_COV_SLOTS
 

@@ -330,7 +330,7 @@ def test_progressive_jpegs_ending_after_some_scans_give_the_whole_decodes_window
 
 
 @pytest.mark.parametrize("fmt", formats_storing("original"))
-def test_original_packs_of_cut_progressive_jpegs_read_the_same_on_every_path(packed, tmp_path, monkeypatch, fmt):
+def test_original_packs_of_cut_progressive_jpegs_read_alike_on_every_path(packed, tmp_path, monkeypatch, fmt):
     # Case 3 in the readers: `--encode original` keeps such files as they are, and every read
     # path (batches, DataLoader workers, per-sample) must give the whole decode's crop.
     root = tmp_path / "src"
@@ -382,3 +382,26 @@ def test_a_window_beyond_the_jpeg_limit_goes_to_the_general_decoders():
     scratch = np.empty(16 * 70000 * 3, np.uint8)
     window = Window(0, 65490, 16, 20)
     assert jpegwindow.decode_window(data, (64, 70000), window, (16, 20), 3, scratch) is None
+
+
+def test_a_small_jpeg_declaring_a_huge_progressive_image_is_refused_in_bounded_memory(tmp_path):
+    # Found by the fuzzer: 723 bytes declaring a 65089 x 65278 progressive image made libjpeg
+    # allocate its whole coefficient buffer (8 GB of RSS) for a 274-row window. Here 30000 x
+    # 30000 grey (1.8 GB of coefficients), decoded in a child whose peak RSS is measured.
+    data = bytearray(jpeg_bytes(textured(48, 64, "L"), progressive=True))
+    sof = markers(bytes(data), 0xC2)[0]
+    data[sof + 5 : sof + 9] = (30000).to_bytes(2, "big") * 2
+    (tmp_path / "bomb.jpg").write_bytes(data)
+    script = (
+        "import resource, sys, numpy as np; from readers import jpegwindow\n"
+        "data = open(sys.argv[1], 'rb').read(); out = np.empty(16 * 30000, np.uint8)\n"
+        "print(jpegwindow.DECODER.decode(data, out, 0, 0, 16, 16, 8, True, False))\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "bomb.jpg")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result, peak_mb = done.stdout.split()
+    assert result == "None"  # refused: the general decoders (and their size checks) take it
+    assert int(peak_mb) < 600, f"{peak_mb} MB"
