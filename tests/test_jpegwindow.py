@@ -398,9 +398,8 @@ def test_a_small_jpeg_declaring_a_huge_progressive_image_is_refused_in_bounded_m
         "print(jpegwindow.DECODER.decode(data, out, 0, 0, 16, 16, 8, True, False))\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path / "bomb.jpg")], capture_output=True, text=True, timeout=120
-    )
+    command = [sys.executable, "-c", script, str(tmp_path / "bomb.jpg")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     result, peak_mb = done.stdout.split()
     assert result == "None"  # refused: the general decoders (and their size checks) take it
