@@ -1,6 +1,7 @@
 """Coverage-guided fuzzing of the JPEG window decoder (csrc/) with atheris, for a bounded time.
 
     python scripts/fuzz_jpegwindow.py --seconds 1800 --work fuzz-work
+    python scripts/fuzz_jpegwindow.py --work fuzz-work --reproduce fuzz-work/crash-...   # one input
 
 Builds the extension into ``--work`` with AddressSanitizer + UBSan and gcc's basic-block coverage
 (csrc/fuzz/coverage.c hands the counters to atheris's libFuzzer), restarts itself with libasan
@@ -100,7 +101,8 @@ def fuzz(args: argparse.Namespace) -> None:
         f"-max_total_time={args.seconds}", "-max_len=131072", "-timeout=20", "-rss_limit_mb=3072",
         "-print_final_stats=1", f"-artifact_prefix={work}/", "-reload=0",
     ]
-    atheris.Setup([sys.argv[0], *libfuzzer, str(work / "corpus")], one_input)
+    inputs = args.reproduce or [str(work / "corpus")]  # given files: run just those, once each
+    atheris.Setup([sys.argv[0], *libfuzzer, *inputs], one_input)
     atheris.Fuzz()
 
 
@@ -123,6 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--work", default="fuzz-work", help="build, corpus and crash inputs go here")
+    parser.add_argument("--reproduce", nargs="+", help="run these saved inputs (crash-*) and stop")
     parser.add_argument("--so", help=argparse.SUPPRESS)  # set when it restarts itself
     args = parser.parse_args()
     if args.so:
@@ -142,6 +145,8 @@ def main() -> None:
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     command = [sys.executable, __file__, "--seconds", str(args.seconds), "--work", str(work), "--so", str(so)]
+    if args.reproduce:
+        command += ["--reproduce", *map(os.path.abspath, args.reproduce)]
     with open(work / "fuzz.log", "w") as log:
         done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     print(json.dumps(summary((work / "fuzz.log").read_text(errors="replace"), done.returncode, work)))
