@@ -332,7 +332,10 @@ def test_progressive_jpegs_ending_after_some_scans_give_the_whole_decodes_window
 @pytest.mark.parametrize("fmt", formats_storing("original"))
 def test_original_packs_of_cut_progressive_jpegs_read_alike_on_every_path(packed, tmp_path, monkeypatch, fmt):
     # Case 3 in the readers: `--encode original` keeps such files as they are, and every read
-    # path (batches, DataLoader workers, per-sample) must give the whole decode's crop.
+    # path (batches, DataLoader workers, per-sample, DALI's DataLoader fallback) must give the
+    # whole decode's crop.
+    from readers.dali import dali_loader
+
     root = tmp_path / "src"
     for i, data in enumerate(progressive_cut_after_each_scan(120, 161, "RGB")):
         folder = root / f"class{i % 2}"
@@ -344,8 +347,13 @@ def test_original_packs_of_cut_progressive_jpegs_read_alike_on_every_path(packed
     monkeypatch.setattr(readers.batch, "decode_window", counting_decoder(calls))
     windowed = batches(path, **options)
     assert calls["decoded"] >= 8
+    dali = dali_loader(path, batch_size=5, seed=3, device="dataloader", num_workers=0, **options)
+    dali.set_epoch(1)
+    dali_windowed = torch.cat([x.clone() for x, _ in dali])
     monkeypatch.setattr(readers.batch, "decode_window", lambda *args, **kwargs: None)
     whole = batches(path, **options)
+    dali.set_epoch(1)
+    np.testing.assert_array_equal(dali_windowed.numpy(), torch.cat([x.clone() for x, _ in dali]).numpy())
     monkeypatch.undo()
     np.testing.assert_array_equal(windowed.numpy(), whole.numpy())
     np.testing.assert_array_equal(batches(path, workers=2, **options).numpy(), whole.numpy())
