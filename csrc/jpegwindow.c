@@ -18,8 +18,9 @@
  * the first `skipped_rows` full-size rows were not read at all (0 unless decoding started at a
  * restart marker; from_restart_marker=False never does). It returns None
  * when the library cannot give exactly these pixels (CMYK/YCCK, a warning such as a truncated
- * file, a window outside the image) or the data is corrupt: the caller then decodes the whole
- * image another way, and its decoders report any error.
+ * file, a window outside the image, more than MEMORY_LIMIT of decoder memory) or the data is
+ * corrupt: the caller then decodes the whole image another way, and its decoders report any
+ * error. Arguments outside 0..JPEG_MAX_DIMENSION (eighths outside 1..16) raise ValueError.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -29,9 +29,11 @@ crash. Without the extension (no C compiler at install time) or without a usable
 Pixels: the same as a whole decode (at the same DCT scale) followed by the crop, bit for bit on
 the JPEGs the tests make (odd sizes, 4:2:0/4:2:2/4:4:4, grey, progressive, restart markers,
 windows on every edge), because libjpeg-turbo decodes the context rows and columns that fancy
-upsampling needs. Any JPEG the library would only decode with a warning (truncated, corrupt) or
-cannot convert (CMYK, YCCK) is refused (``decode_window`` returns None) and goes to the general
-decoders.
+upsampling needs. Any JPEG the library would only decode with a warning (truncated, corrupt),
+cannot convert (CMYK, YCCK) or would need more than 1 GiB of decoder memory for is refused
+(``decode_window`` returns None) and goes to the general decoders. Progressive JPEGs that end
+after some scans are decoded in whole rows (block smoothing would make a cropped row's left edge
+differ). docs/window-decoder.md describes the sanitizer replay and the fuzzing that check this.
 """
 
 from __future__ import annotations
