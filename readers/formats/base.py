@@ -275,22 +275,33 @@ class FormatReader:
                 check_against_manifest(where, sha256_of_bytes(data), sha, len(data), size, REMOTE_FIX)
             labels = np.frombuffer(data, dtype=LABELS_DTYPE)
         else:
-            path = self.part_path(name)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                raise ManifestError(
-                    f"{where}: label file listed in the manifest is missing; copy it again, or "
-                    f"rebuild it with `pack reindex {self.root}`"
-                ) from None
-            check_regular(st, where)
-            if st.st_size != size:
-                check_against_manifest(where, "", sha, st.st_size, size)
-            self.check_sha256(path, sha, where)
-            labels = np.fromfile(path, dtype=LABELS_DTYPE, count=len(self))
+            labels = self._local_file_labels(self.part_path(name), size, sha, where)
         labels = labels.astype(np.int64)  # native order, writable, whatever the file's
         self.check_labels(labels, where)
         return labels
+
+    def _local_file_labels(self, path: Path, size: int, sha: str, where: str) -> np.ndarray:
+        """The label file at ``path``, read through one descriptor opened while the dataset
+        directory is still the one this reader opened (after `pack --force` the path names the
+        new dataset's file: its labels must never be paired with this reader's samples)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in its place must not block
+        except FileNotFoundError as exc:
+            self.check_not_replaced(exc)
+            raise ManifestError(
+                f"{where}: label file listed in the manifest is missing; copy it again, or "
+                f"rebuild it with `pack reindex {self.root}`"
+            ) from None
+        with os.fdopen(fd, "rb") as fh:
+            self.check_not_replaced()
+            st = os.fstat(fh.fileno())
+            check_regular(st, where)
+            if st.st_size != size:
+                check_against_manifest(where, "", sha, st.st_size, size)
+            data = fh.read(size)
+        if self.verify:
+            check_against_manifest(where, sha256_of_bytes(data), sha)
+        return np.frombuffer(data, dtype=LABELS_DTYPE)
 
     def _run_labels(self, runs: Any) -> np.ndarray:
         """Labels from the manifest's ``extra.label_runs`` ([label, count] pairs), checked."""
