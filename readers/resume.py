@@ -32,6 +32,9 @@ STATE_VERSION = 1
 ORDER_FIELDS = ("seed", "num_samples", "shuffle", "block_size", "buffer_size")
 PLACEMENT_FIELDS = ("world_size", "rank", "unit")
 WORKER_FIELDS = ("worker", "num_workers", "worker_samples")
+# Which samples the dataset holds at which indices (``Manifest.sample_identity``; a mix: one per
+# dataset). States saved before imgpack wrote them lack them and still load.
+DATASET_FIELDS = ("dataset", "datasets")
 
 
 class ResumeError(ImgpackError, ValueError):
@@ -165,9 +168,10 @@ def _worker_progress(
 
 
 def check_state(
-    state: Any, order: OrderSpec, in_worker: bool, identity: dict[str, Any] | None = None
+    state: Any, order: OrderSpec, in_worker: bool, identity: dict[str, Any] | None = None, where: str = ""
 ) -> ResumePoint:
-    """The resume point in ``state``, after checking every field against this dataset."""
+    """The resume point in ``state``, after checking every field against this dataset (named
+    ``where`` in messages)."""
     if not isinstance(state, dict):
         raise ResumeError(f"a resume state is a dict from state_dict(), got {type(state).__name__}")
     if "consumed" in state and "position" not in state:
@@ -193,7 +197,9 @@ def check_state(
                 "(the order of an epoch depends on it)"
             )
     for key, value in (identity or {}).items():
-        if state.get(key) != value or type(state.get(key)) is not type(value):
+        if key in DATASET_FIELDS:
+            _check_dataset(state, key, value, where)
+        elif state.get(key) != value or type(state.get(key)) is not type(value):
             raise ResumeError(
                 f"cannot resume: the state has {key}={state.get(key)!r} but this stream has {value!r}"
             )
@@ -221,6 +227,16 @@ def check_state(
     offset = _integer(state, "offset", 0, order.unit - 1)
     worker_progress = _worker_progress(state, order, position, offset) if progress else None
     return ResumePoint(epoch, position, offset, worker_progress)
+
+
+def _check_dataset(state: dict[str, Any], key: str, mine: Any, where: str) -> None:
+    if key not in state or state[key] == mine:
+        return
+    raise ResumeError(
+        f"cannot resume: the state was saved on dataset {state[key]!r} but {where or 'this stream'} "
+        f"is dataset {mine!r} (ids are --order:--seed:hash): the same indices hold other samples "
+        "there; load the state into the dataset it was saved on, or start afresh without it"
+    )
 
 
 def loader_workers(num_workers: Any) -> int | None:

@@ -49,6 +49,10 @@ class EpochStream(IterableDataset):
         """What besides ``order`` a state must match to resume this stream (a subclass adds)."""
         return {}
 
+    def where(self) -> str:
+        """The dataset(s) this stream reads, for resume messages."""
+        return ""
+
     def set_loader_batch_size(self, loader_batch_size: int | None) -> None:
         """The DataLoader's batch size on the per-sample path (workers take turns by that many)."""
         if loader_batch_size is not None and loader_batch_size < 1:
@@ -148,7 +152,7 @@ class EpochStream(IterableDataset):
                 "load_state_dict() was called while this stream is being iterated; call it before "
                 "the `for` loop starts (then that loop resumes)"
             )
-        point = check_state(state, self.order, in_worker, self.identity())
+        point = check_state(state, self.order, in_worker, self.identity(), self.where())
         if not in_worker:  # a worker's state must not move the epoch the main process chose
             self._epoch.fill_(point.epoch)
             self._chosen = True

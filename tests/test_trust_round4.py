@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from readers import open_dataset
@@ -37,3 +37,54 @@ def test_targets_after_force_are_the_open_datasets_or_refused(tmp_path, fmt):
         assert f"{out}: the dataset was replaced" in str(exc)
     else:
         assert targets == old
+
+
+# -- case 2: a resume state names the dataset it was saved on -------------------------------------
+def test_a_state_from_another_seeds_pack_is_refused_naming_both(tmp_path):
+    from readers import open_iterable
+    from readers.resume import ResumeError
+
+    for seed in (0, 1):
+        _pack(tmp_path / f"seed{seed}", "lmdb", "--seed", str(seed))
+    options = {"batch_size": 4, "crop": 24}
+    saved = open_iterable(tmp_path / "seed0", **options)
+    batches = iter(saved)
+    next(batches)
+    state = saved.state_dict()
+    same = open_iterable(tmp_path / "seed0", **options)
+    same.load_state_dict(state)  # the dataset it was saved on resumes
+    state_without_id = {k: v for k, v in state.items() if k != "dataset"}
+    same.load_state_dict(state_without_id)  # a state saved before states named their dataset
+    other = open_iterable(tmp_path / "seed1", **options)
+    with pytest.raises(ResumeError) as caught:
+        other.load_state_dict(state)
+    message = str(caught.value)
+    assert "shuffled:0:" in message and "shuffled:1:" in message and str(tmp_path / "seed1") in message
+
+
+# -- case 4: a NUL byte in a source path is a recorded skip ---------------------------------------
+def test_a_nul_byte_in_an_imagelist_path_is_a_recorded_skip(tmp_path):
+    from packer.imagelist import scan_list
+
+    first = sorted((SAMPLE_DATA / "animals").iterdir())[0].name
+    listing = tmp_path / "l.jsonl"
+    rows = [{"path": f"animals/{first}", "label": "animals"}, {"path": "animals/a\0b.jpg", "label": "animals"}]
+    listing.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scan = scan_list(listing, SAMPLE_DATA)
+    assert [i.rel for i in scan.items] == [f"animals/{first}"]
+    assert [s["reason"] for s in scan.skipped] == [
+        "l.jsonl line 2: the path holds a NUL byte, which no file name can; fix the list"
+    ]
+
+
+def test_a_nul_byte_in_a_coco_file_name_is_a_recorded_skip(tmp_path):
+    from packer.coco import coco_source
+    from tests.cocodata import make_coco
+
+    annotations = make_coco(tmp_path, count=3, empty=0)
+    data = json.loads(annotations.read_text())
+    data["images"][1]["file_name"] = "a\0b.jpg"
+    annotations.write_text(json.dumps(data))
+    scan = coco_source(annotations, tmp_path / "images")
+    assert len(scan.items) == 2
+    assert any("NUL byte" in s["reason"] and "images[1]" in s["reason"] for s in scan.skipped)

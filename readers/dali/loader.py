@@ -200,11 +200,14 @@ class DaliLoader:
         order = self.feed.order
         start = ResumePoint(self.epoch, self.feed.start(self.epoch))
         taken = min(self._taken * self.feed.batch_size, order.samples_from(start.position))
-        return make_state(advance(order, start, taken), order)
+        return make_state(advance(order, start, taken), order, self._identity())
+
+    def _identity(self) -> dict[str, Any]:
+        return {"dataset": self.feed.reader.manifest.sample_identity()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state``: the next iteration yields the rest of that epoch."""
-        point = check_state(state, self.feed.order, in_worker=False)
+        point = check_state(state, self.feed.order, False, self._identity(), str(self.feed.path))
         if point.offset:
             raise ResumeError("the DALI loader resumes at batch boundaries; this state is mid-batch")
         self.epoch = point.epoch
