@@ -33,12 +33,8 @@ from typing import IO, Any
 
 import numpy as np
 
-try:
-    import simplejpeg
-except ImportError:  # pragma: no cover - a hard dependency; decode.py guards it the same way
-    simplejpeg = None
-
 from readers.checksums import masked_crc
+from readers.decode import jpeg_size
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader, open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
@@ -136,12 +132,8 @@ def image_size(data: Buffer) -> tuple[int, int] | None:
     if head.startswith(PNG_SIGNATURE) and head[12:16] == b"IHDR":
         width, height = struct.unpack(">II", head[16:24])
         return height, width
-    if head.startswith(b"\xff\xd8\xff") and simplejpeg is not None:
-        try:
-            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-        except ValueError:
-            return None  # the decode that follows names the damage
-        return height, width
+    if head.startswith(b"\xff\xd8\xff"):
+        return jpeg_size(data)
     return None
 
 
