@@ -128,7 +128,8 @@ class Manifest:
         the packer wrote (``--order``/``--seed``), the count and the classes, hashed. Two packs of
         one folder with different seeds get different ids; a re-pack at another size keeps it."""
         order = self.extra.get("order") if isinstance(self.extra, dict) else None
-        kind, seed = ("unrecorded", None)
+        kind: Any = "unrecorded"
+        seed: Any = None
         if isinstance(order, dict):
             kind, seed = order.get("kind"), order.get("seed")
         text = json_text({"num_samples": self.num_samples, "classes": self.classes, "order": [kind, seed]})

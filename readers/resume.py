@@ -22,10 +22,11 @@ The rules, enforced here:
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
-from readers.errors import ImgpackError
+from readers.errors import ImgpackError, OptionError
 from readers.order import OrderSpec, worker_chunks
 
 STATE_VERSION = 1
@@ -132,6 +133,20 @@ def advance(order: OrderSpec, start: ResumePoint, samples: int) -> ResumePoint:
 # The order takes an epoch modulo 2**32 (readers.order) and the shared epoch counter is an int64:
 # a state beyond that is not one this library wrote.
 MAX_EPOCH = 2**32 - 1
+
+
+def checked_epoch(epoch: Any) -> int:
+    """``set_epoch``'s argument as an int in ``0..MAX_EPOCH``, else a one-line ``OptionError``."""
+    try:
+        value = operator.index(epoch)
+    except TypeError:
+        raise OptionError(f"set_epoch({epoch!r}): the epoch must be an integer") from None
+    if not 0 <= value <= MAX_EPOCH:
+        raise OptionError(
+            f"set_epoch({value}): the epoch must be within 0..{MAX_EPOCH} (the order takes epochs "
+            "modulo 2**32); count epochs from 0"
+        )
+    return value
 
 
 def _integer(state: dict[str, Any], key: str, low: int, high: int | None = None, where: str = "") -> int:

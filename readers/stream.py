@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from readers.order import OrderSpec, num_chunks, worker_chunks
-from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, make_state
+from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
 
 
 class EpochStream(IterableDataset):
@@ -69,6 +69,7 @@ class EpochStream(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (without it, each pass is the next epoch). After
         ``load_state_dict`` only the state's own epoch may be set."""
+        epoch = checked_epoch(epoch)
         if self._resume is not None and int(self._worker_yields.item()) > 0:
             self._resume = None  # DataLoader workers have read the resumed epoch (their copies)
         if self._resume is not None and self._resume.epoch != int(epoch):

@@ -127,3 +127,54 @@ def test_a_441_jpeg_packed_original_reads_on_every_format(tmp_path):
         assert image.shape == (32, 16, 3) and (np.abs(image.astype(int) - 128) <= 1).all(), fmt
         batches = open_iterable(out, shuffle=False, batch_size=len(ds), crop=16, resize=16)
         assert next(iter(batches))[0].shape[0] == len(ds), fmt
+
+
+# -- case 6: a missing --workdir, a directory in the label file's place, an epoch beyond range ----
+def assert_one_line(proc, *needles: str, rc: int = 1) -> str:
+    """A CLI run that failed with one line naming ``needles`` (no traceback)."""
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == rc and "Traceback" not in text, text
+    for needle in needles:
+        assert needle in text, text
+    return text
+
+
+def test_a_missing_workdir_is_one_line_for_webdataset_and_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _pack(tmp_path / "shards", "tar")
+    table = tmp_path / "t.parquet"
+    image = (SAMPLE_DATA / "animals").iterdir().__next__().read_bytes()
+    pq.write_table(pa.table({"image": [{"bytes": image, "path": None}], "label": ["a"]}), table)
+    missing = tmp_path / "no" / "such"
+    for source in (["webdataset", tmp_path / "shards" / "shard-000000.tar"], ["parquet", table]):
+        proc = run_cli(*source, "--workdir", missing, "--to", "lmdb", "-o", tmp_path / "o", "-q")
+        assert_one_line(proc, f"{missing}: --workdir is not an existing folder")
+        assert not (tmp_path / "o").exists()
+
+
+def test_reindex_with_a_directory_for_the_label_file_is_one_line(tmp_path):
+    from readers.formats.registry import registered
+
+    for fmt in [name for name, f in registered().items() if f.indexer]:  # the formats reindex serves
+        _pack(tmp_path / fmt, fmt)
+        labels = tmp_path / fmt / "labels.i64"
+        labels.unlink()
+        labels.mkdir()
+        assert_one_line(run_cli("reindex", labels.parent), f"{labels}: is a directory")
+        assert labels.is_dir()  # left for the user to move
+
+
+@pytest.mark.parametrize("epoch", [2**64, -1, 2**32, 1.5])
+def test_set_epoch_out_of_range_is_a_clear_error(packed, epoch):
+    from readers import make_loader, open_iterable
+    from readers.dataset import DeterministicSampler
+    from readers.errors import OptionError
+
+    stream = open_iterable(packed("lmdb"), batch_size=4, crop=24)
+    loader = make_loader(open_iterable(packed("lmdb"), batch_size=4, crop=24), num_workers=0)
+    for target in (stream, loader, DeterministicSampler(10)):
+        with pytest.raises(OptionError, match=r"set_epoch\(.*\): the epoch must be"):
+            target.set_epoch(epoch)
+    stream.set_epoch(2**32 - 1)  # the last epoch the order tells apart

@@ -72,7 +72,7 @@ from readers.dali.fields import DaliFields
 from readers.errors import DecodeError, ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.record_stream import field_plan
-from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
+from readers.resume import ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
 from readers.spec import ReadSpec
 
 WATCH_INTERVAL = 0.5  # seconds between checks that the py_workers processes are alive
@@ -184,6 +184,7 @@ class DaliLoader:
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (without it, each pass is the next epoch); after
         ``load_state_dict`` only the state's own epoch."""
+        epoch = checked_epoch(epoch)
         if self.feed.resume is not None and self.feed.resume[0] != int(epoch):
             raise ResumeError(
                 f"set_epoch({int(epoch)}) contradicts the loaded state, which resumes epoch "
