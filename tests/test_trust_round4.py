@@ -69,7 +69,7 @@ def test_a_nul_byte_in_an_imagelist_path_is_a_recorded_skip(tmp_path):
 
     first = sorted((SAMPLE_DATA / "animals").iterdir())[0].name
     listing = tmp_path / "l.jsonl"
-    rows = [{"path": f"animals/{first}", "label": "animals"}, {"path": "animals/a\0b.jpg", "label": "animals"}]
+    rows = [{"path": f"animals/{first}", "label": "animals"}, {"path": "animals/a\0b.jpg", "label": "x"}]
     listing.write_text("".join(json.dumps(r) + "\n" for r in rows))
     scan = scan_list(listing, SAMPLE_DATA)
     assert [i.rel for i in scan.items] == [f"animals/{first}"]
@@ -98,7 +98,8 @@ def _jpeg_441() -> bytes:
     standard Huffman tables: luma DC 0 = 00, luma EOB = 1010, chroma DC 0 = 00, chroma EOB = 00)."""
     import cv2
 
-    ok, buf = cv2.imencode(".jpg", np.full((32, 16, 3), 128, np.uint8), [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, 0x121111])
+    grey = np.full((32, 16, 3), 128, np.uint8)
+    ok, buf = cv2.imencode(".jpg", grey, [cv2.IMWRITE_JPEG_SAMPLING_FACTOR, 0x121111])  # 4:4:0
     data = buf.tobytes()
     sof, sos = data.find(b"\xff\xc0"), data.find(b"\xff\xda")
     head = bytearray(data[:sos])
