@@ -179,3 +179,36 @@ def test_set_epoch_out_of_range_is_a_clear_error(packed, epoch):
         with pytest.raises(OptionError, match=r"set_epoch\(.*\): the epoch must be"):
             target.set_epoch(epoch)
     stream.set_epoch(2**32 - 1)  # the last epoch the order tells apart
+
+
+# -- case 7: pack info exits 1 naming a damaged part, for every format ----------------------------
+def _missing(part: Path) -> None:
+    part.unlink()
+
+
+def _truncated(part: Path) -> None:
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+
+
+def _directory(part: Path) -> None:
+    part.unlink()
+    part.mkdir()
+
+
+def _dev_zero(part: Path) -> None:
+    part.unlink()
+    part.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("fmt", format_names())
+def test_pack_info_names_a_damaged_part(packed, tmp_path, fmt):
+    from readers.formats import open_reader
+
+    for damage in (_missing, _truncated, _directory, _dev_zero):
+        root = tmp_path / damage.__name__
+        shutil.copytree(packed(fmt), root)
+        reader = open_reader(root)
+        part = Path(reader.checksum_path(reader.manifest.shards[-1]))
+        reader.close()
+        damage(part)
+        assert_one_line(run_cli("info", root), str(part))

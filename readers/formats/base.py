@@ -84,6 +84,9 @@ class FormatReader:
     merge_gap: ClassVar[int] = MERGE_GAP
     # Datasets packed with an older format_version than this are refused with a re-pack hint.
     oldest_format_version: ClassVar[int] = 1
+    # Formats that check a shard only when it is opened (so one damaged shard leaves the others
+    # readable) set this; `pack info` then opens each shard once (check_every_part).
+    checks_shards_on_open: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -115,6 +118,14 @@ class FormatReader:
 
         Called by ``open_reader`` for local datasets; formats override it.
         """
+
+    def check_every_part(self) -> None:
+        """What ``pack info`` checks: ``check_parts``, and, where the format checks shards as it
+        opens them, each shard opened once (present, a plain file, as long as the manifest says)."""
+        self.check_parts()
+        if self.checks_shards_on_open:
+            for position in range(len(self.manifest.shards)):
+                self._close_handle(self._open_unreplaced(position))
 
     def location(self, name: str) -> str:
         """Where part ``name`` lives, for messages: its URL, or its path in the dataset directory."""

@@ -175,6 +175,7 @@ class _OpenShard:
 
 class TarReader(FormatReader):
     name = "tar"
+    checks_shards_on_open = True
 
     # -- where things are ---------------------------------------------------------------------
     def check_parts(self) -> None:

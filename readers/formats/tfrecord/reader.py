@@ -191,6 +191,7 @@ class TfrecordReader(FormatReader):
     the raw batch path's time per image; ``verify=True`` always checks it."""
 
     name = "tfrecord"
+    checks_shards_on_open = True
 
     def __init__(
         self,
