@@ -212,3 +212,36 @@ def test_pack_info_names_a_damaged_part(packed, tmp_path, fmt):
         reader.close()
         damage(part)
         assert_one_line(run_cli("info", root), str(part))
+
+
+# -- case 8: pack --force replaces a BMP cache whose images sit at its top level ------------------
+def _flat_sources(tmp_path: Path) -> dict[str, list]:
+    """``pack`` arguments of sources without class folders (imagelist, COCO, Parquet)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.cocodata import make_coco
+
+    images = sorted((SAMPLE_DATA / "animals").iterdir())[:3]
+    listing = tmp_path / "l.csv"
+    listing.write_text("path,label\n" + "".join(f"{p.name},a\n" for p in images))
+    coco = make_coco(tmp_path / "coco", count=3, empty=0)
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"image": [{"bytes": p.read_bytes(), "path": None} for p in images],
+                             "label": ["a", "b", "a"]}), table)  # fmt: skip
+    return {
+        "imagelist": ["imagelist", listing, "--root", SAMPLE_DATA / "animals"],
+        "coco": ["coco", coco, "--root", coco.parent / "images"],
+        "parquet": ["parquet", table],
+    }
+
+
+def test_force_replaces_a_bmp_cache_of_every_flat_source(tmp_path):
+    for kind, source in _flat_sources(tmp_path).items():
+        out = tmp_path / f"out-{kind}"
+        args = [*source, "--to", "bmp", "-o", out, "--resize", "24", "--workers", "1", "-q"]
+        run_cli(*args, check=True)
+        assert [p.name for p in out.iterdir() if p.suffix == ".bmp"], kind  # images at the top level
+        run_cli(*args, "--force", check=True)
+        (out / "notes.txt").write_text("mine")  # a file imgpack did not write is still refused
+        assert_one_line(run_cli(*args, "--force"), f"{out}: is not an imgpack output", "notes.txt")
