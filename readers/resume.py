@@ -14,6 +14,10 @@ The rules, enforced here:
   or the state is refused naming the field;
 - a state names its epoch: ``set_epoch`` with that epoch keeps the resume point, another epoch
   drops it; the first iteration of the epoch in each process uses it up;
+- a state saved after a pass finished names the next epoch at position 0 (the pass that follows
+  is that whole epoch, for any number of DataLoader workers);
+- a state names the dataset (``dataset``: ``Manifest.sample_identity``, the pack's order, seed,
+  count and classes hashed): another pack of the same images in another order is refused;
 - a position resumes with any world size or number of workers (elastic); an ``offset`` or a
   worker's own progress (``worker``, ``num_workers``, ``worker_samples``, written inside
   DataLoader workers for torchdata's ``StatefulDataLoader``) needs the same world size, rank,

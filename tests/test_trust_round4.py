@@ -245,3 +245,22 @@ def test_force_replaces_a_bmp_cache_of_every_flat_source(tmp_path):
         run_cli(*args, "--force", check=True)
         (out / "notes.txt").write_text("mine")  # a file imgpack did not write is still refused
         assert_one_line(run_cli(*args, "--force"), f"{out}: is not an imgpack output", "notes.txt")
+
+
+# -- case 9: a state saved after a finished pass resumes the next epoch, whatever num_workers ----
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_after_a_finished_pass_resumes_the_next_whole_epoch(packed, workers):
+    from readers import make_loader, open_iterable
+
+    def loader():
+        return make_loader(open_iterable(packed("lmdb"), batch_size=8, crop=24, seed=0), num_workers=workers)
+
+    run = loader()
+    first = [labels.tolist() for _, labels in run]
+    state = run.state_dict()
+    assert (state["imgpack"]["epoch"], state["imgpack"]["position"]) == (1, 0)
+    uninterrupted = [labels.tolist() for _, labels in run]
+    resumed = loader()
+    resumed.load_state_dict(state)
+    again = [labels.tolist() for _, labels in resumed]
+    assert resumed.epoch == 1 and again == uninterrupted and again != first
