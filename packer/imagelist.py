@@ -4,7 +4,9 @@ This is the source for ``pack imagelist``: ImageNet-style validation label files
 Each row names an image (relative to ``root``, or absolute inside it) and its label, an integer
 or a class name. Classes come from ``classes`` (a file with one name per line) when given, else
 from the labels: integers 0..max (named "0", "1", ...) when every label is an integer, otherwise
-the sorted distinct names, as ImageFolder sorts folders. Samples keep the list's order.
+the sorted distinct names, as ImageFolder sorts folders. The scan keeps the list's order; the
+pack then writes a seeded shuffle of it (``--order shuffled``, the default) or that order
+(``--order source``), as for every source.
 
 Rows that cannot be packed are skipped with a reason naming the line (missing file, unknown
 label, duplicate path, a path outside the root, an empty field), and land in the manifest's

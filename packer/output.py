@@ -180,7 +180,7 @@ def progress_is_ours(data: object) -> bool:
 def dataset_format(read_json: Callable[[str], object]) -> str | None:
     """The format the output's manifest names, when it parses as ours (else None)."""
     data = read_json(MANIFEST_NAME)
-    return data["format"] if manifest_is_ours(data) else None
+    return data["format"] if isinstance(data, dict) and manifest_is_ours(data) else None
 
 
 def owned(

@@ -264,3 +264,56 @@ def test_a_state_saved_after_a_finished_pass_resumes_the_next_whole_epoch(packed
     resumed.load_state_dict(state)
     again = [labels.tolist() for _, labels in resumed]
     assert resumed.epoch == 1 and again == uninterrupted and again != first
+
+
+# -- case 11: --resume with nothing to resume says so; --resume --force is refused ---------------
+def test_resume_with_nothing_to_resume_says_so_and_resume_force_is_refused(tmp_path):
+    out = tmp_path / "ds"
+    args = ["imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", out, "--resize", "24", "--workers", "1", "-q"]
+    proc = run_cli(*args, "--resume", check=True)
+    assert f"{out}: nothing to resume (no interrupted pack there); packing from the start" in proc.stderr
+    assert open_dataset(out).targets  # and it packed
+    assert_one_line(run_cli(*args, "--resume", "--force"), f"{out}: --force (start over) and --resume")
+    assert_one_line(run_cli(*args, "--resume"), f"{out}: already complete")
+
+
+# -- case 12: warnings print no line of imgpack's source; a null Parquet image cell is a skip ----
+def test_the_cached_index_refetch_warning_is_one_line(s3, packed, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import cli_env
+
+    fs, options = s3
+    fs.put(str(packed("tar")), "imgpack-test/warn-idx", recursive=True)
+    url, cache = "s3://imgpack-test/warn-idx", tmp_path / "cache"
+    script = (
+        "import json, sys\nfrom readers import open_dataset\n"
+        "ds = open_dataset(sys.argv[1], storage_options=json.loads(sys.argv[2]), cache_dir=sys.argv[3])\n"
+        "print(ds[0][1])\n"
+    )
+    run = [sys.executable, "-c", script, url, json.dumps(options), str(cache)]
+    subprocess.run(run, check=True, env=cli_env(), capture_output=True, timeout=120)
+    idx = next(cache.glob("*.idx"))
+    idx.write_text("v1.2 x\nnot an index\n")
+    proc = subprocess.run(run, check=True, env=cli_env(), capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{idx}: cached index is damaged" in lines[0], proc.stderr
+    assert "warn(" not in proc.stderr and ".py:" not in proc.stderr
+
+
+def test_a_null_parquet_image_cell_is_a_recorded_skip(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images = sorted((SAMPLE_DATA / "animals").iterdir())[:2]
+    cells = [{"bytes": p.read_bytes(), "path": None} for p in images]
+    cells.insert(1, None)
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"image": cells, "label": ["a", "b", "a"]}), table)
+    out = tmp_path / "ds"
+    run_cli("parquet", table, "--to", "lmdb", "-o", out, "--resize", "24", "--workers", "1", "-q", check=True)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["num_samples"] == 2
+    reasons = [s["reason"] for s in manifest["skipped"]]
+    assert reasons == ["t.parquet row 1: column 'image' is null (no image)"]

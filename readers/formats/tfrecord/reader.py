@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import os
 import struct
-import warnings
 from typing import IO, Any
 
 import numpy as np
 
 from readers.checksums import masked_crc
 from readers.decode import jpeg_size
-from readers.errors import ChecksumError, ManifestError
+from readers.errors import ChecksumError, ManifestError, warn
 from readers.formats.base import FormatReader, open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.formats.tfrecord.fields import FIELDS_FEATURE
@@ -240,11 +239,8 @@ class TfrecordReader(FormatReader):
             return checked(self._local_index_text(name), self.location(name))
         except FileNotFoundError:
             idx = self.location(name)
-            warnings.warn(
-                f"{idx}: index missing; rebuilding it from the shard (slow); "
-                f"write it back with `pack reindex {self.root}`",
-                stacklevel=4,
-            )
+            warn(f"{idx}: index missing; rebuilding it from the shard (slow); write it back with "
+                 f"`pack reindex {self.root}`")  # fmt: skip
             with open(local_path, "rb") as fh:
                 offsets, sizes = map(np.asarray, scan_records(fh, path))
             self._check_index(shard, offsets, sizes, idx)
