@@ -317,3 +317,57 @@ def test_a_null_parquet_image_cell_is_a_recorded_skip(tmp_path):
     assert manifest["num_samples"] == 2
     reasons = [s["reason"] for s in manifest["skipped"]]
     assert reasons == ["t.parquet row 1: column 'image' is null (no image)"]
+
+
+# -- case 11: shard sizes follow dataset indices, however many files are skipped ------------------
+def _source_with_bad_files(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    shutil.copytree(SAMPLE_DATA, src)
+    for i in range(3):
+        (src / "animals" / f"bad{i}.jpg").write_bytes(b"not a jpeg")
+    return src
+
+
+def _shards_and_samples(out: Path) -> tuple[list[tuple[int, int]], list, bytes]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    ds = open_dataset(out, decode="bytes")
+    return ([(s["first"], s["count"]) for s in manifest["shards"]],
+            [ds[i] for i in range(len(ds))], (out / "source-paths.nul").read_bytes())  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", format_names())
+def test_samples_per_shard_cuts_at_dataset_indices_despite_skips(tmp_path, fmt):
+    src = _source_with_bad_files(tmp_path)
+    common = ["imagefolder", src, "--to", fmt, "--resize", "24", "--workers", "2", "-q"]
+    run_cli(*common, "-o", tmp_path / "one", check=True)
+    run_cli(*common, "-o", tmp_path / "cut", "--samples-per-shard", "10", check=True)
+    _, whole, paths = _shards_and_samples(tmp_path / "one")
+    shards, samples, cut_paths = _shards_and_samples(tmp_path / "cut")
+    assert len(json.loads((tmp_path / "cut" / "manifest.json").read_text())["skipped"]) == 3
+    assert shards == [(0, 10), (10, 10), (20, 10), (30, 10), (40, 4)]
+    assert samples == whole and cut_paths == paths  # the same samples at the same indices
+
+
+def test_a_resumed_pack_cuts_its_shards_where_the_interrupted_one_did(tmp_path, monkeypatch):
+    from packer.engine import pack_folder
+    from packer.job import PartsRun
+    from packer.preprocess import PreprocessSpec
+
+    src = _source_with_bad_files(tmp_path)
+    spec = PreprocessSpec(resize=24)
+    options = {"samples_per_shard": 10}
+    pack_folder(src, tmp_path / "whole", "tar", spec, workers=1, options=options)
+    real = PartsRun.finished
+
+    def stop_after_two(self, part, result):
+        real(self, part, result)
+        if len(self.done) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(PartsRun, "finished", stop_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        pack_folder(src, tmp_path / "resumed", "tar", spec, workers=1, options=options)
+    monkeypatch.setattr(PartsRun, "finished", real)
+    pack_folder(src, tmp_path / "resumed", "tar", spec, workers=1, options=options, resume=True)
+    assert _shards_and_samples(tmp_path / "resumed") == _shards_and_samples(tmp_path / "whole")
+    assert _shards_and_samples(tmp_path / "resumed")[0][-1] == (40, 4)
