@@ -395,9 +395,7 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
         remaining = sum(len(items) for p, items in parts if p not in done)
         desc = f"pack {job.fmt}"
         with tqdm(total=remaining, unit="img", disable=job.quiet, desc=desc, dynamic_ncols=True) as bar:
-            # --shards N asks for N parts: only a per-part sample count is cut at dataset indices
-            recut = 0 if job.options.get("shards") else per_part
-            run = PartsRun(writer, parts, done, sink, bar, save, firsts, items, recut)
+            run = PartsRun(writer, parts, done, sink, bar, save, firsts, items, per_part)
             if job.engine == "local":
                 _run_local(job, run)
             else:
