@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -39,15 +39,7 @@ from packer.formats.base import disk_hint
 from packer.job import PackJob, PartsRun
 from packer.lifetime import die_with_parent
 from packer.output import LocalOutput, Output, OutputLock, check_not_source, open_output, remove_temporaries
-from packer.pack_order import (
-    ITEMS_KEY,
-    misnumbered,
-    order_record,
-    ordered_items,
-    plan_parts,
-    planned_firsts,
-    write_source_paths,
-)
+from packer.pack_order import misnumbered, order_record, ordered_items, planned_firsts, write_source_paths
 from packer.parts import (
     Failure,
     field_counts,
@@ -230,18 +222,12 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
 
 
 def _run_local(job: PackJob, run: PartsRun) -> None:
-    """Parts are written in order here, so each one's first dataset index is exact; when every
-    part from the first unwritten one on is unwritten, they are cut anew as they are written, each
-    taking the source items it needs for ``run.per_part`` kept samples (see packer/pack_order.py)."""
+    """Parts are written in order here, so each one's first dataset index is exact."""
     writer = run.writer
     todo = [(p, items) for p, items in run.parts if p not in run.done]
     for p, _ in todo:
         for path in writer.part_files(p):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    start = next((k for k, (p, _) in enumerate(run.parts) if p not in run.done), len(run.parts))
-    if run.items is not None and run.per_part and len(todo) == len(run.parts) - start:
-        _run_local_recut(job, run, start)
-        return
     todo_items = itertools.chain.from_iterable(items for _, items in todo)
     stream = preprocessed(todo_items, job.spec, job.workers, job.storage_options, writer.fields)
     with contextlib.closing(stream):
@@ -249,40 +235,6 @@ def _run_local(job: PackJob, run: PartsRun) -> None:
             results = (next(stream) for _ in range(len(items)))
             first = planned_firsts(run.parts, run.done)[p]
             run.finished(p, write_part(writer, p, results, job.on_error, run.progress.update, first))
-
-
-def _run_local_recut(job: PackJob, run: PartsRun, start: int) -> None:
-    """Write parts ``start``... of ``run.parts`` (all unwritten), each up to ``run.per_part`` kept
-    samples, and make ``run.parts`` the parts as written."""
-    items, parts = run.items, run.parts[:start]
-    at = sum(len(part_items) for _, part_items in parts)
-    first = sum(run.done[p].count for p, _ in parts)
-    stream = preprocessed(items[at:], job.spec, job.workers, job.storage_options, run.writer.fields)
-    with contextlib.closing(stream):
-        while at < len(items):
-            part, counter = len(parts), [0]
-            results = _until_kept(stream, run.per_part, len(items) - at, counter)
-            written = write_part(run.writer, part, results, job.on_error, run.progress.update, first)
-            taken = counter[0]
-            written.extra[ITEMS_KEY] = taken
-            parts.append((part, items[at : at + taken]))
-            run.parts[:] = parts + [(p, part_items) for p, part_items in run.parts if p > part]
-            run.finished(part, written)
-            at, first = at + taken, first + written.count
-    run.parts[:] = parts
-
-
-def _until_kept(
-    stream: Iterator[PackedSample | Failure], wanted: int, available: int, taken: list[int]
-) -> Iterator[PackedSample | Failure]:
-    """Results from ``stream`` until ``wanted`` of them are samples (not failures) or ``available``
-    are taken; ``taken[0]`` counts them."""
-    kept = 0
-    while kept < wanted and taken[0] < available:
-        result = next(stream)
-        taken[0] += 1
-        kept += not isinstance(result, tuple)
-        yield result
 
 
 def pack_folder(
@@ -387,7 +339,7 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     save()  # from the start: any kill leaves a resumable output
     items = ordered_items(scan.items, job.order["kind"], job.order["seed"])
     per_part = writer.samples_per_part(len(items))
-    parts = plan_parts(items, per_part, done)
+    parts = [(i // per_part, items[i : i + per_part]) for i in range(0, len(items), per_part)]
     if job.engine not in ("local", "ray"):
         raise ImgpackError(f"unknown engine {job.engine!r}; use local or ray")
     firsts = planned_firsts(parts, done)
@@ -395,7 +347,7 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
         remaining = sum(len(items) for p, items in parts if p not in done)
         desc = f"pack {job.fmt}"
         with tqdm(total=remaining, unit="img", disable=job.quiet, desc=desc, dynamic_ncols=True) as bar:
-            run = PartsRun(writer, parts, done, sink, bar, save, firsts, items, per_part)
+            run = PartsRun(writer, parts, done, sink, bar, save, firsts)
             if job.engine == "local":
                 _run_local(job, run)
             else:

@@ -42,8 +42,6 @@ class PartsRun:
     progress: Any  # a tqdm bar
     save: Callable[[], None]
     firsts: dict[int, int] = field(default_factory=dict)  # each part's first dataset index (planned)
-    items: Any = None  # every source item in the pack's order (parts are slices of it)
-    per_part: int = 0  # kept samples a part holds (all but the last), where the engine can cut so
 
     def finished(self, part: int, result: PartResult) -> None:
         self.done[part] = self.sink.part_done(self.writer, result)

@@ -6,15 +6,11 @@ classes mixed, even from a class-sorted folder. The permutation is applied to th
 table as an index array (no per-file Python objects) and the parts are cut from the permuted
 sequence, so every engine and worker count writes the same bytes.
 
-A part is planned as ``per_part`` source items; the local engine, which writes parts in order,
-lets a part take further items until it holds ``per_part`` kept samples (``ITEMS_KEY``), so a
-skipped file does not leave a short shard. A kept sample's dataset index is its part's first
-index plus its position among the part's kept samples. The first index of a part is only
-known once the parts ahead of it are written (a file that fails to decode is found out in a
-worker); the local engine writes parts in order, so it always knows it; Ray tasks run side by
-side, take their planned items (shards there can fall short where files were skipped) and assume
-no skips ahead, and a part whose samples carry their index (tar keys) is written again when that
-assumption was wrong.
+A kept sample's dataset index is its part's first index plus its position among the part's
+kept samples. The first index of a part is only known once the parts ahead of it are written
+(a file that fails to decode is found out in a worker); the local engine writes parts in order,
+so it always knows it; Ray tasks run side by side and assume no skips ahead, and a part whose
+samples carry their index (tar keys) is written again when that assumption was wrong.
 
 ``source-paths.nul`` maps dataset index -> source path: the relative path of every sample, in
 dataset order, UTF-8 (``surrogateescape``) and NUL-terminated (``readers.sample_sources``).
@@ -35,22 +31,6 @@ from readers.order import pack_order
 from readers.sample_sources import SOURCE_PATHS_NAME
 
 Parts = list[tuple[int, Any]]  # (part number, its items)
-# PartResult.extra: how many source items the part took. The local engine gives a part the items
-# it needs to hold ``per_part`` kept samples (more than planned where files were skipped), so
-# shard sizes follow dataset indices; a resume cuts the written parts where they were cut.
-ITEMS_KEY = "items"
-
-
-def plan_parts(items: Sequence[Any], per_part: int, done: dict[int, PartResult]) -> Parts:
-    """``items`` cut into parts of ``per_part``, each written part keeping the extent it took."""
-    parts: Parts = []
-    at = part = 0
-    while at < len(items):
-        taken = int(done[part].extra.get(ITEMS_KEY, per_part)) if part in done else per_part
-        parts.append((part, items[at : at + taken]))
-        at += taken
-        part += 1
-    return parts
 
 
 def ordered_items(items: Sequence[Any], kind: str, seed: int) -> Sequence[Any]:
