@@ -61,6 +61,18 @@ def open_shard_file(
         raise
 
 
+def read_all(fd: int, size: int) -> bytes:
+    """``size`` bytes from the start of ``fd`` (fewer only where the file is shorter)."""
+    chunks, got = [], 0
+    while got < size:
+        chunk = os.pread(fd, size - got, got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 def dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
     try:
         st = os.stat(root)
@@ -303,13 +315,15 @@ class FormatReader:
                 f"{where}: label file listed in the manifest is missing; copy it again, or "
                 f"rebuild it with `pack reindex {self.root}`"
             ) from None
-        with os.fdopen(fd, "rb") as fh:
+        try:
             self.check_not_replaced()
-            st = os.fstat(fh.fileno())
+            st = os.fstat(fd)
             check_regular(st, where)
             if st.st_size != size:
                 check_against_manifest(where, "", sha, st.st_size, size)
-            data = fh.read(size)
+            data = read_all(fd, size)
+        finally:
+            os.close(fd)
         if self.verify:
             check_against_manifest(where, sha256_of_bytes(data), sha)
         return np.frombuffer(data, dtype=LABELS_DTYPE)
