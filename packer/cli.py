@@ -342,7 +342,11 @@ def parts_problem(dataset: str) -> str | None:
     from readers.formats import open_reader
 
     try:
-        open_reader(dataset).close()
+        reader = open_reader(dataset)
+        try:
+            reader.check_every_part()
+        finally:
+            reader.close()
     except ImgpackError as exc:
         return str(exc)
     return None

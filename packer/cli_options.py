@@ -4,12 +4,16 @@ commands that pack another kind of source (list, COCO, WebDataset, Parquet) like
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
+
+from readers.errors import OptionError
 
 
 def parse_storage_options(text: str | None) -> dict[str, Any]:
@@ -54,6 +58,18 @@ def storage_options_option(fn: Callable) -> Callable:
         help="fsspec options for s3://, gs://, ... URLs (endpoint, profile, ...) as a JSON object "
         "or @file.json; credentials come from the usual environment/credential chain.",
     )(fn)
+
+
+@contextmanager
+def scratch_folder(workdir: str | None, prefix: str, purpose: str) -> Iterator[Path]:
+    """A temporary folder for ``purpose`` under ``--workdir`` (default: the system's), removed after."""
+    if workdir is not None and not os.path.isdir(workdir):
+        raise OptionError(
+            f"{workdir}: --workdir is not an existing folder; create it, or leave --workdir out "
+            f"to use the system's temporary folder for {purpose}"
+        )
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=workdir) as scratch:
+        yield Path(scratch)
 
 
 def fail_on_a_bad_row(scan: Any, on_error: str) -> None:

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Generator, Iterable
@@ -52,7 +53,7 @@ from packer.preprocess import PackedSample, PreprocessSpec
 from packer.sizes import merge_sizes
 from packer.source import SourceItem, SourceScan, scan_folder
 from packer.source_items import chunked, rel_run
-from readers.errors import ImgpackError
+from readers.errors import ImgpackError, OptionError
 from readers.manifest import PROGRESS_NAME, Manifest, write_atomic, write_manifest
 from readers.order import PACK_ORDERS
 from readers.remote import is_url
@@ -266,6 +267,11 @@ def pack_folder(
         raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
     if order not in PACK_ORDERS:
         raise ImgpackError(f"order={order!r}; use one of {', '.join(PACK_ORDERS)}")
+    if force and resume:
+        raise OptionError(
+            f"{out}: --force (start over) and --resume (finish the interrupted pack) contradict "
+            "each other; pass one of them"
+        )
     workers = max(1, workers or os.cpu_count() or 1)
     writer = writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
     if engine == "ray":
@@ -319,6 +325,9 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     work, scan = writer.out, job.scan
     fingerprint = _fingerprint(scan, job.fmt, job.spec, job.options, job.order)
     remove_temporaries(work)
+    if job.resume and not (work / PROGRESS_NAME).exists():
+        print(f"{sink.location}: nothing to resume (no interrupted pack there); packing from the start",
+              file=sys.stderr)  # fmt: skip
     done = _load_progress(work, fingerprint) if job.resume else {}
     for p in [p for p, result in done.items() if not sink.part_intact(writer, result)]:
         del done[p]  # damaged by the interruption: written again

@@ -4,7 +4,9 @@ This is the source for ``pack imagelist``: ImageNet-style validation label files
 Each row names an image (relative to ``root``, or absolute inside it) and its label, an integer
 or a class name. Classes come from ``classes`` (a file with one name per line) when given, else
 from the labels: integers 0..max (named "0", "1", ...) when every label is an integer, otherwise
-the sorted distinct names, as ImageFolder sorts folders. Samples keep the list's order.
+the sorted distinct names, as ImageFolder sorts folders. The scan keeps the list's order; the
+pack then writes a seeded shuffle of it (``--order shuffled``, the default) or that order
+(``--order source``), as for every source.
 
 Rows that cannot be packed are skipped with a reason naming the line (missing file, unknown
 label, duplicate path, a path outside the root, an empty field), and land in the manifest's
@@ -23,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packer.rows import PathCheck, fields_schema, scan_rows
 from packer.rows import Row as RowsRow
-from packer.rows import fields_schema, scan_rows
 from packer.source import SourceItem, SourceScan
 from readers.errors import ImgpackError
 from readers.fields import FieldError, encode, normalise
@@ -290,11 +292,9 @@ def scan_list(
         return _scan_multi_label(list_path, root, rows, classes_file, suffix, fields, no_fields, multi_label)
     classes, resolve = _label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
     schema = _select_fields(list_path, rows, fields, no_fields)
-    base = os.path.abspath(root)
-    base_real = os.path.realpath(base)
+    check = PathCheck(root)
     items: list[SourceItem] = []
     skipped: list[dict[str, str]] = []
-    first_line: dict[str, int] = {}
     for row in rows:
         where = f"{list_path.name} line {row.line}"
         if row.problem:
@@ -303,20 +303,10 @@ def scan_list(
         if not row.path:
             skipped.append({"path": f"<{where}>", "reason": f"{where}: empty path"})
             continue
-        full = os.path.normpath(os.path.join(base, row.path + suffix))
-        rel = os.path.relpath(full, base).replace(os.sep, "/")
-        if rel == ".." or rel.startswith("../"):
-            skipped.append({"path": row.path, "reason": f"{where}: outside --root {root}"})
+        full, rel, problem = check.locate(row.path + suffix, where, seen_as=f"line {row.line}")
+        if problem:
+            skipped.append({"path": rel, "reason": problem})
             continue
-        # a symlink (to the file or a folder on its way) may leave the root: judge where it lands
-        real = os.path.realpath(full)
-        if os.path.commonpath([real, base_real]) != base_real:
-            skipped.append({"path": rel, "reason": f"{where}: outside --root {root} (a symlink to {real})"})
-            continue
-        if rel in first_line:
-            skipped.append({"path": rel, "reason": f"{where}: duplicate of line {first_line[rel]}"})
-            continue
-        first_line[rel] = row.line
         label = resolve(row.label) if str(row.label).strip() != "" else None
         if str(row.label).strip() == "":
             skipped.append({"path": rel, "reason": f"{where}: no label"})

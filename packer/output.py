@@ -177,10 +177,19 @@ def progress_is_ours(data: object) -> bool:
     return _typed(data, PROGRESS_TYPES)
 
 
-def owned(name: str, below: Sequence[str] | None, read_json: Callable[[str], object]) -> bool:
+def dataset_format(read_json: Callable[[str], object]) -> str | None:
+    """The format the output's manifest names, when it parses as ours (else None)."""
+    data = read_json(MANIFEST_NAME)
+    return data["format"] if isinstance(data, dict) and manifest_is_ours(data) else None
+
+
+def owned(
+    name: str, below: Sequence[str] | None, read_json: Callable[[str], object], dataset: str | None = None
+) -> bool:
     """Whether the top-level output entry ``name`` is one imgpack writes: a file (``below`` None)
     or a folder holding the files ``below``. The formats in the registry say which data files and
-    folders are theirs; the manifest and progress file count when they parse as ours
+    folders are theirs (some files only in an output whose manifest names them: ``dataset``, from
+    ``dataset_format``); the manifest and progress file count when they parse as ours
     (``read_json(name)``). The same rules hold for a local folder and a bucket."""
     if below is not None:
         return name in STAGING_FOLDERS or any(f.owns(name, below) for f in registered().values())
@@ -188,7 +197,8 @@ def owned(name: str, below: Sequence[str] | None, read_json: Callable[[str], obj
         return manifest_is_ours(read_json(name))
     if name == PROGRESS_NAME:
         return progress_is_ours(read_json(name))
-    return owned_file(name)
+    fmt = registered().get(dataset) if dataset is not None else None
+    return owned_file(name) or (fmt is not None and fmt.owns(name, in_dataset=True))
 
 
 def owned_file(name: str) -> bool:
@@ -207,17 +217,18 @@ def _files_below(folder: str) -> list[str]:
     return [os.path.relpath(os.path.join(top, name), folder) for top, _, files in walk for name in files]
 
 
-def _is_ours(folder: Path, entry: os.DirEntry) -> bool:
+def _is_ours(folder: Path, entry: os.DirEntry, dataset: str | None) -> bool:
     if entry.is_symlink():
         return False
     below = _files_below(entry.path) if entry.is_dir() else None
-    return owned(entry.name, below, lambda name: _read_json(folder / name))
+    return owned(entry.name, below, lambda name: _read_json(folder / name), dataset)
 
 
 def foreign_entries(folder: Path) -> list[str]:
     """Names in ``folder`` that imgpack did not write (sorted)."""
+    dataset = dataset_format(lambda name: _read_json(folder / name))
     with os.scandir(folder) as entries:
-        return sorted(e.name for e in entries if not _is_ours(folder, e))
+        return sorted(e.name for e in entries if not _is_ours(folder, e, dataset))
 
 
 def refuse_foreign(folder: Path, action: str) -> None:

@@ -6,15 +6,13 @@ that command when the group registers this one) and packs ``packer.parquet_sourc
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import click
 
-from packer.cli_options import source_command
+from packer.cli_options import scratch_folder, source_command
 
 PARQUET_HELP = """Pack the images of the Parquet/Arrow TABLE (a column of image bytes or paths) into OUT.
 
@@ -32,8 +30,8 @@ def scan(table: str, root: str | None, image_column: str | None, label_column: s
          workdir: str | None) -> Iterator[Any]:  # fmt: skip
     from packer.parquet_source import parquet_source
 
-    with tempfile.TemporaryDirectory(prefix="imgpack-parquet-", dir=workdir) as scratch:
-        yield parquet_source(table, Path(scratch), root, image_column, label_column)
+    with scratch_folder(workdir, "imgpack-parquet-", "the image bytes") as scratch:
+        yield parquet_source(table, scratch, root, image_column, label_column)
 
 
 def parquet_command(group: click.Group) -> click.Command:

@@ -84,6 +84,7 @@ def parquet_source(
     label_key = _pick(names, label_column, LABEL_COLUMNS, "label", where)
     base = Path(root).expanduser() if root is not None else path.parent
     rows: list[Row] = []
+    skipped: list[dict[str, str]] = []
     raw_labels: list[Any] = []
     written = False
     number = 0
@@ -92,6 +93,11 @@ def parquet_source(
             at = f"{where} row {number}"
             image = _image_bytes(record.pop(image_key))
             label = record.pop(label_key) if label_key else None
+            if image is None:  # a null cell: that row has no image, the others still pack
+                reason = f"{at}: column {image_key!r} is null (no image)"
+                skipped.append({"path": f"<{at}>", "reason": reason})
+                number += 1
+                continue
             if isinstance(image, (bytes, bytearray)):
                 name = f"{number:09d}.img"
                 (workdir / name).write_bytes(image)
@@ -100,7 +106,8 @@ def parquet_source(
             raw_labels.append(label)
             number += 1
     if not rows:
-        raise ImgpackError(f"{path}: the table has no rows")
+        detail = f" with an image ({len(skipped)} null in column {image_key!r})" if skipped else ""
+        raise ImgpackError(f"{path}: the table has no rows{detail}")
     classes, labels = _classes(raw_labels)
     for row, label in zip(rows, labels):
         row.label = label
@@ -108,7 +115,7 @@ def parquet_source(
     if written and any(not r.path for r in rows):
         raise ImgpackError(f"{path}: column {image_key!r} mixes image bytes with other values")
     extra = {"table": str(path.resolve())}
-    return scan_rows(rows, image_root, classes, None, [], extra, where=str(path))
+    return scan_rows(rows, image_root, classes, None, skipped, extra, where=str(path))
 
 
 def _classes(values: list[Any]) -> tuple[list[str], list[int]]:

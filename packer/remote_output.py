@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult
-from packer.output import OutputLock, manifest_is_ours, owned, progress_is_ours
+from packer.output import OutputLock, dataset_format, manifest_is_ours, owned, progress_is_ours
 from readers.errors import ImgpackError
 from readers.formats.registry import format_named, registered
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
@@ -156,10 +156,12 @@ class RemoteOutput:
         for name in self.listing():
             top, _, rest = name.partition("/")
             below.setdefault(top, []).append(rest)
-        return sorted(top for top, rests in below.items() if not self._is_ours(top, rests))
+        dataset = dataset_format(self.read_json) if MANIFEST_NAME in below else None
+        return sorted(top for top, rests in below.items() if not self._is_ours(top, rests, dataset))
 
-    def _is_ours(self, top: str, rests: list[str]) -> bool:
-        return owned(top, None if rests == [""] else rests, self.read_json)  # rests: a folder's files
+    def _is_ours(self, top: str, rests: list[str], dataset: str | None) -> bool:
+        rest = None if rests == [""] else rests  # rests: a folder's files
+        return owned(top, rest, self.read_json, dataset)
 
     def refuse_foreign(self, action: str) -> None:
         foreign = self.foreign()

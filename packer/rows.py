@@ -45,9 +45,12 @@ class PathCheck:
         self.base_real = os.path.realpath(self.base)
         self.first: dict[str, str] = {}
 
-    def locate(self, path: str, where: str) -> tuple[str, str, str]:
-        """(absolute path, path relative to the root, problem or "")."""
+    def locate(self, path: str, where: str, seen_as: str = "") -> tuple[str, str, str]:
+        """(absolute path, path relative to the root, problem or ""); a later row with this path
+        is called a duplicate of ``seen_as`` (default ``where``)."""
         full = os.path.normpath(os.path.join(self.base, path))
+        if "\0" in path:  # no file name holds one, and realpath would raise on it
+            return full, path, f"{where}: the path holds a NUL byte, which no file name can; fix the list"
         rel = os.path.relpath(full, self.base).replace(os.sep, "/")
         if rel == ".." or rel.startswith("../"):
             return full, path, f"{where}: outside --root {self.root}"
@@ -57,7 +60,7 @@ class PathCheck:
             return full, rel, f"{where}: outside --root {self.root} (a symlink to {real})"
         if rel in self.first:
             return full, rel, f"{where}: duplicate of {self.first[rel]}"
-        self.first[rel] = where
+        self.first[rel] = seen_as or where
         return full, rel, ""
 
     def missing(self, full: str, where: str) -> str:

@@ -6,15 +6,13 @@ that command when the group registers this one) and packs ``packer.webdataset_so
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import click
 
-from packer.cli_options import source_command
+from packer.cli_options import scratch_folder, source_command
 
 WEBDATASET_HELP = """Pack WebDataset samples (files sharing a stem: x.jpg + x.cls/x.txt/x.json) into OUT.
 
@@ -31,8 +29,8 @@ Tar shards are unpacked into a temporary folder (--workdir) for the pack and rem
 def scan(sources: tuple[str, ...], workdir: str | None) -> Iterator[Any]:
     from packer.webdataset_source import webdataset_source
 
-    with tempfile.TemporaryDirectory(prefix="imgpack-wds-", dir=workdir) as scratch:
-        yield webdataset_source(list(sources), Path(scratch))
+    with scratch_folder(workdir, "imgpack-wds-", "the unpacked shards") as scratch:
+        yield webdataset_source(list(sources), scratch)
 
 
 def webdataset_command(group: click.Group) -> click.Command:

@@ -16,6 +16,7 @@ from readers.formats import FormatReader, open_reader
 from readers.order import OrderSpec, resolve_rank
 from readers.record import Record
 from readers.remote_parts import merge_remote_options
+from readers.resume import checked_epoch
 
 
 class RamCache:
@@ -134,7 +135,7 @@ class DeterministicSampler(Sampler[int]):
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+        self.epoch = checked_epoch(epoch)
 
     def __len__(self) -> int:
         return self.spec.samples_per_rank

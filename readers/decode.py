@@ -42,6 +42,25 @@ def sniff(data: Any) -> str:
     return "other"
 
 
+def jpeg_size(data: Any) -> tuple[int, int] | None:
+    """(height, width) from a JPEG's header: simplejpeg's parser, else Pillow's (the decoder the
+    fast path falls back to); None where neither reads it (the decode that follows names why)."""
+    if simplejpeg is not None:
+        try:
+            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+            return height, width
+        except (ValueError, KeyError):  # KeyError: a sampling it has no name for (4:4:1)
+            pass
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(bytes(data))) as img:
+            width, height = img.size
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return None
+    return height, width
+
+
 def _to_rgb(array: np.ndarray, channels: int) -> np.ndarray:
     """Make a decoder's output HWC with ``channels`` (1 or 3) channels."""
     if array.ndim == 2:

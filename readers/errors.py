@@ -4,6 +4,8 @@ Every user-facing error is an ``ImgpackError`` whose message names the file and 
 prints it as one line and exits non-zero.
 """
 
+import warnings
+
 
 class ImgpackError(Exception):
     """A user-facing error: bad input, a missing or invalid dataset, a misconfiguration."""
@@ -27,3 +29,9 @@ class OptionError(ImgpackError, ValueError):
 
 class DatasetReplacedError(ManifestError):
     """The dataset directory was replaced (``pack --force``) after a reader opened it."""
+
+
+def warn(message: str) -> None:
+    """A ``UserWarning`` shown as ``message`` alone (``imgpack:0: UserWarning: ...``): pointed at
+    no file, so Python's format prints no line of imgpack's source under it."""
+    warnings.warn_explicit(message, UserWarning, "imgpack", 0, module="imgpack")

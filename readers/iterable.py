@@ -59,6 +59,12 @@ class PackedIterable(RecordStream):
     def classes(self) -> list[str]:
         return list(self.reader.manifest.classes)
 
+    def identity(self) -> dict[str, Any]:
+        return {"dataset": self.reader.manifest.sample_identity()}
+
+    def where(self) -> str:
+        return str(self.path)
+
     def _read(self, epoch: int, positions: np.ndarray) -> list[Record]:
         return self.reader.read_many(positions)
 

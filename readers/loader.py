@@ -15,8 +15,10 @@ The loader is torchdata's ``StatefulDataLoader`` (the PyTorch ecosystem's resuma
   persistent workers or not, ``pin_memory`` or not) and, under ``"imgpack"``, the epoch's global
   position (``readers.resume``), counted here batch by batch;
 - ``load_state_dict()`` restores the per-worker states when the world size and ``num_workers``
-  match, and otherwise resumes from the global position alone (elastic: another world size or
-  number of workers; whole batches of every rank are the unit).
+  (> 0) match, and otherwise resumes from the global position alone (elastic: another world size
+  or number of workers; whole batches of every rank are the unit);
+- a state saved after a pass finished names the next epoch at position 0: loaded, the next pass
+  is that whole epoch, what the uninterrupted run reads next, with any ``num_workers``.
 """
 
 from __future__ import annotations
@@ -113,7 +115,11 @@ class PackedLoader(StatefulDataLoader):
             and position["rank"] == order.rank
             and position["unit"] == order.unit
         )
-        if same_placement and saved_workers is not None:
+        # Without workers the position above is exact (the stream runs in this process), and
+        # StatefulDataLoader's own snapshot of it is of the last batch: after a finished pass that
+        # is the old epoch's end, which would make the next pass an empty one. One rule for any
+        # num_workers: a state names the epoch the next pass reads and where in it.
+        if same_placement and saved_workers is not None and self.num_workers > 0:
             check_worker_states(state, saved_workers, position["epoch"], order, self.dataset.identity())
             super().load_state_dict(state)
 

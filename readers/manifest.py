@@ -123,6 +123,19 @@ class Manifest:
         """Raise ManifestError unless this manifest passes the schema readers check."""
         check_schema(asdict(self), where, ENCODINGS, FORMAT_VERSION)
 
+    def sample_identity(self) -> str:
+        """Which samples sit at which indices, as a short id a resume state carries: the order
+        the packer wrote (``--order``/``--seed``), the count and the classes, hashed. Two packs of
+        one folder with different seeds get different ids; a re-pack at another size keeps it."""
+        order = self.extra.get("order") if isinstance(self.extra, dict) else None
+        kind: Any = "unrecorded"
+        seed: Any = None
+        if isinstance(order, dict):
+            kind, seed = order.get("kind"), order.get("seed")
+        text = json_text({"num_samples": self.num_samples, "classes": self.classes, "order": [kind, seed]})
+        digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return f"{kind}:{'-' if seed is None else seed}:{digest}"
+
     def shard_of(self, index: int) -> int:
         """Position in ``shards`` of the shard holding global sample ``index``."""
         if len(self.shards) == 1:

@@ -166,6 +166,7 @@ class MixedIterable(RecordStream):
 
     def identity(self) -> dict[str, Any]:
         identity: dict[str, Any] = {"counts": self.counts.tolist(), "sizes": list(self.sizes)}
+        identity["datasets"] = [r.manifest.sample_identity() for r in self.readers]
         if not self.spec.shuffle:  # only then: states saved before shuffle= existed stay valid
             identity["datasets_shuffled"] = False
         return identity
@@ -177,6 +178,9 @@ class MixedIterable(RecordStream):
         values = np.asarray(labels, dtype=np.int64)
         dataset = np.searchsorted(np.asarray(self.offsets), values, side="right") - 1
         return dataset, values - np.asarray(self.offsets, dtype=np.int64)[dataset]
+
+    def where(self) -> str:
+        return f"the mix of {', '.join(self.paths)}"
 
     # -- reading ------------------------------------------------------------------------------
     def _pairs(self, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

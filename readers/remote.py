@@ -34,13 +34,12 @@ import hashlib
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
 from readers.checksums import REMOTE_FIX, check_against_manifest, file_sha256
-from readers.errors import ChecksumError, ImgpackError, ManifestError, OptionError
+from readers.errors import ChecksumError, ImgpackError, ManifestError, OptionError, warn
 from readers.process import pid_alive
 
 DOWNLOAD_CHUNK = 4 << 20
@@ -284,7 +283,7 @@ class ShardCache:
         except FileNotFoundError:
             pass
         except (UnicodeDecodeError, ManifestError, ChecksumError) as exc:
-            warnings.warn(f"{cached}: cached index is damaged ({exc}); fetching {url} again", stacklevel=3)
+            warn(f"{cached}: cached index is damaged ({exc}); fetching {url} again")
             cached.unlink(missing_ok=True)
         except OSError as exc:
             raise self.unusable(cached, url, exc) from None

@@ -14,6 +14,10 @@ The rules, enforced here:
   or the state is refused naming the field;
 - a state names its epoch: ``set_epoch`` with that epoch keeps the resume point, another epoch
   drops it; the first iteration of the epoch in each process uses it up;
+- a state saved after a pass finished names the next epoch at position 0 (the pass that follows
+  is that whole epoch, for any number of DataLoader workers);
+- a state names the dataset (``dataset``: ``Manifest.sample_identity``, the pack's order, seed,
+  count and classes hashed): another pack of the same images in another order is refused;
 - a position resumes with any world size or number of workers (elastic); an ``offset`` or a
   worker's own progress (``worker``, ``num_workers``, ``worker_samples``, written inside
   DataLoader workers for torchdata's ``StatefulDataLoader``) needs the same world size, rank,
@@ -22,16 +26,20 @@ The rules, enforced here:
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
-from readers.errors import ImgpackError
+from readers.errors import ImgpackError, OptionError
 from readers.order import OrderSpec, worker_chunks
 
 STATE_VERSION = 1
 ORDER_FIELDS = ("seed", "num_samples", "shuffle", "block_size", "buffer_size")
 PLACEMENT_FIELDS = ("world_size", "rank", "unit")
 WORKER_FIELDS = ("worker", "num_workers", "worker_samples")
+# Which samples the dataset holds at which indices (``Manifest.sample_identity``; a mix: one per
+# dataset). States saved before imgpack wrote them lack them and still load.
+DATASET_FIELDS = ("dataset", "datasets")
 
 
 class ResumeError(ImgpackError, ValueError):
@@ -131,6 +139,20 @@ def advance(order: OrderSpec, start: ResumePoint, samples: int) -> ResumePoint:
 MAX_EPOCH = 2**32 - 1
 
 
+def checked_epoch(epoch: Any) -> int:
+    """``set_epoch``'s argument as an int in ``0..MAX_EPOCH``, else a one-line ``OptionError``."""
+    try:
+        value = operator.index(epoch)
+    except TypeError:
+        raise OptionError(f"set_epoch({epoch!r}): the epoch must be an integer") from None
+    if not 0 <= value <= MAX_EPOCH:
+        raise OptionError(
+            f"set_epoch({value}): the epoch must be within 0..{MAX_EPOCH} (the order takes epochs "
+            "modulo 2**32); count epochs from 0"
+        )
+    return value
+
+
 def _integer(state: dict[str, Any], key: str, low: int, high: int | None = None, where: str = "") -> int:
     """``state[key]``, which must be an int (not a bool or float) within ``low..high``."""
     value = state[key]
@@ -165,9 +187,10 @@ def _worker_progress(
 
 
 def check_state(
-    state: Any, order: OrderSpec, in_worker: bool, identity: dict[str, Any] | None = None
+    state: Any, order: OrderSpec, in_worker: bool, identity: dict[str, Any] | None = None, where: str = ""
 ) -> ResumePoint:
-    """The resume point in ``state``, after checking every field against this dataset."""
+    """The resume point in ``state``, after checking every field against this dataset (named
+    ``where`` in messages)."""
     if not isinstance(state, dict):
         raise ResumeError(f"a resume state is a dict from state_dict(), got {type(state).__name__}")
     if "consumed" in state and "position" not in state:
@@ -193,7 +216,9 @@ def check_state(
                 "(the order of an epoch depends on it)"
             )
     for key, value in (identity or {}).items():
-        if state.get(key) != value or type(state.get(key)) is not type(value):
+        if key in DATASET_FIELDS:
+            _check_dataset(state, key, value, where)
+        elif state.get(key) != value or type(state.get(key)) is not type(value):
             raise ResumeError(
                 f"cannot resume: the state has {key}={state.get(key)!r} but this stream has {value!r}"
             )
@@ -221,6 +246,16 @@ def check_state(
     offset = _integer(state, "offset", 0, order.unit - 1)
     worker_progress = _worker_progress(state, order, position, offset) if progress else None
     return ResumePoint(epoch, position, offset, worker_progress)
+
+
+def _check_dataset(state: dict[str, Any], key: str, mine: Any, where: str) -> None:
+    if key not in state or state[key] == mine:
+        return
+    raise ResumeError(
+        f"cannot resume: the state was saved on dataset {state[key]!r} but {where or 'this stream'} "
+        f"is dataset {mine!r} (ids are --order:--seed:hash): the same indices hold other samples "
+        "there; load the state into the dataset it was saved on, or start afresh without it"
+    )
 
 
 def loader_workers(num_workers: Any) -> int | None:

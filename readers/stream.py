@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from readers.order import OrderSpec, num_chunks, worker_chunks
-from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, make_state
+from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
 
 
 class EpochStream(IterableDataset):
@@ -49,6 +49,10 @@ class EpochStream(IterableDataset):
         """What besides ``order`` a state must match to resume this stream (a subclass adds)."""
         return {}
 
+    def where(self) -> str:
+        """The dataset(s) this stream reads, for resume messages."""
+        return ""
+
     def set_loader_batch_size(self, loader_batch_size: int | None) -> None:
         """The DataLoader's batch size on the per-sample path (workers take turns by that many)."""
         if loader_batch_size is not None and loader_batch_size < 1:
@@ -65,6 +69,7 @@ class EpochStream(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (without it, each pass is the next epoch). After
         ``load_state_dict`` only the state's own epoch may be set."""
+        epoch = checked_epoch(epoch)
         if self._resume is not None and int(self._worker_yields.item()) > 0:
             self._resume = None  # DataLoader workers have read the resumed epoch (their copies)
         if self._resume is not None and self._resume.epoch != int(epoch):
@@ -148,7 +153,7 @@ class EpochStream(IterableDataset):
                 "load_state_dict() was called while this stream is being iterated; call it before "
                 "the `for` loop starts (then that loop resumes)"
             )
-        point = check_state(state, self.order, in_worker, self.identity())
+        point = check_state(state, self.order, in_worker, self.identity(), self.where())
         if not in_worker:  # a worker's state must not move the epoch the main process chose
             self._epoch.fill_(point.epoch)
             self._chosen = True

@@ -31,13 +31,28 @@ def pack_cmd(*args: object) -> list[str]:
     return [sys.executable, "-m", "packer.cli", "imagefolder", *map(str, args)]
 
 
+def default_signal_handling() -> None:
+    """In the child before exec: SIGINT and SIGTERM back to their defaults. A shell starts a
+    background job (``make test &``) with SIGINT ignored, and an ignored signal stays ignored
+    across exec, so without this the pack would never see the test's Ctrl-C."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start_pack(*args: object, strace: list[str] | None = None) -> subprocess.Popen:
-    """``pack imagefolder ARGS`` in its own session (so a test can signal its whole group)."""
+    """``pack imagefolder ARGS`` in its own session (so a test can signal its whole group), with
+    default signal handling however the test run was launched."""
     cmd = pack_cmd(*args)
     if strace:
         cmd = ["strace", "-f", "-qq", "-o", "/dev/null", *strace, *cmd]
     return subprocess.Popen(
-        cmd, env=cli_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        env=cli_env(),
+        start_new_session=True,
+        preexec_fn=default_signal_handling,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

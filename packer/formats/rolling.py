@@ -198,10 +198,21 @@ def reindex(dataset: str | os.PathLike) -> list[str]:
                 "(truncated or replaced?); re-pack the dataset"
             )
         target = index_path(path)
+        check_replaceable(target, "index file")
         write_atomic(target, text)
         os.chmod(target, 0o644)
         written.append(str(target))
     return written + restore_label_file(root, manifest)
+
+
+def check_replaceable(path: Path, what: str) -> None:
+    """``reindex`` writes ``path`` anew; something other than a file there (a directory) is
+    refused: it is not the dataset's to delete."""
+    if path.exists() and not path.is_file():
+        raise ImgpackError(
+            f"{path}: is a directory or special file where the {what} belongs; move it away "
+            "and run `pack reindex` again"
+        )
 
 
 def restore_label_file(root: Path, manifest: Manifest) -> list[str]:
@@ -217,6 +228,7 @@ def restore_label_file(root: Path, manifest: Manifest) -> list[str]:
     path = root / name
     if path.is_file() and file_sha256(path) == sha:
         return []
+    check_replaceable(path, "label file")
     reader = open_reader(root)
     try:  # shard by shard: a block holds its images too
         labels = [r.label for s in manifest.shards for r in reader.read_block(s.first, s.stop)]

@@ -72,7 +72,7 @@ from readers.dali.fields import DaliFields
 from readers.errors import DecodeError, ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.record_stream import field_plan
-from readers.resume import ResumeError, ResumePoint, advance, check_state, make_state
+from readers.resume import ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
 from readers.spec import ReadSpec
 
 WATCH_INTERVAL = 0.5  # seconds between checks that the py_workers processes are alive
@@ -184,6 +184,7 @@ class DaliLoader:
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch of the next pass (without it, each pass is the next epoch); after
         ``load_state_dict`` only the state's own epoch."""
+        epoch = checked_epoch(epoch)
         if self.feed.resume is not None and self.feed.resume[0] != int(epoch):
             raise ResumeError(
                 f"set_epoch({int(epoch)}) contradicts the loaded state, which resumes epoch "
@@ -200,11 +201,14 @@ class DaliLoader:
         order = self.feed.order
         start = ResumePoint(self.epoch, self.feed.start(self.epoch))
         taken = min(self._taken * self.feed.batch_size, order.samples_from(start.position))
-        return make_state(advance(order, start, taken), order)
+        return make_state(advance(order, start, taken), order, self._identity())
+
+    def _identity(self) -> dict[str, Any]:
+        return {"dataset": self.feed.reader.manifest.sample_identity()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state``: the next iteration yields the rest of that epoch."""
-        point = check_state(state, self.feed.order, in_worker=False)
+        point = check_state(state, self.feed.order, False, self._identity(), str(self.feed.path))
         if point.offset:
             raise ResumeError("the DALI loader resumes at batch boundaries; this state is mid-batch")
         self.epoch = point.epoch

@@ -61,6 +61,18 @@ def open_shard_file(
         raise
 
 
+def read_all(fd: int, size: int) -> bytes:
+    """``size`` bytes from the start of ``fd`` (fewer only where the file is shorter)."""
+    chunks, got = [], 0
+    while got < size:
+        chunk = os.pread(fd, size - got, got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 def dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
     try:
         st = os.stat(root)
@@ -84,6 +96,9 @@ class FormatReader:
     merge_gap: ClassVar[int] = MERGE_GAP
     # Datasets packed with an older format_version than this are refused with a re-pack hint.
     oldest_format_version: ClassVar[int] = 1
+    # Formats that check a shard only when it is opened (so one damaged shard leaves the others
+    # readable) set this; `pack info` then opens each shard once (check_every_part).
+    checks_shards_on_open: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -115,6 +130,14 @@ class FormatReader:
 
         Called by ``open_reader`` for local datasets; formats override it.
         """
+
+    def check_every_part(self) -> None:
+        """What ``pack info`` checks: ``check_parts``, and, where the format checks shards as it
+        opens them, each shard opened once (present, a plain file, as long as the manifest says)."""
+        self.check_parts()
+        if self.checks_shards_on_open:
+            for position in range(len(self.manifest.shards)):
+                self._close_handle(self._open_unreplaced(position))
 
     def location(self, name: str) -> str:
         """Where part ``name`` lives, for messages: its URL, or its path in the dataset directory."""
@@ -275,22 +298,35 @@ class FormatReader:
                 check_against_manifest(where, sha256_of_bytes(data), sha, len(data), size, REMOTE_FIX)
             labels = np.frombuffer(data, dtype=LABELS_DTYPE)
         else:
-            path = self.part_path(name)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                raise ManifestError(
-                    f"{where}: label file listed in the manifest is missing; copy it again, or "
-                    f"rebuild it with `pack reindex {self.root}`"
-                ) from None
-            check_regular(st, where)
-            if st.st_size != size:
-                check_against_manifest(where, "", sha, st.st_size, size)
-            self.check_sha256(path, sha, where)
-            labels = np.fromfile(path, dtype=LABELS_DTYPE, count=len(self))
+            labels = self._local_file_labels(self.part_path(name), size, sha, where)
         labels = labels.astype(np.int64)  # native order, writable, whatever the file's
         self.check_labels(labels, where)
         return labels
+
+    def _local_file_labels(self, path: Path, size: int, sha: str, where: str) -> np.ndarray:
+        """The label file at ``path``, read through one descriptor opened while the dataset
+        directory is still the one this reader opened (after `pack --force` the path names the
+        new dataset's file: its labels must never be paired with this reader's samples)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO in its place must not block
+        except FileNotFoundError as exc:
+            self.check_not_replaced(exc)
+            raise ManifestError(
+                f"{where}: label file listed in the manifest is missing; copy it again, or "
+                f"rebuild it with `pack reindex {self.root}`"
+            ) from None
+        try:
+            self.check_not_replaced()
+            st = os.fstat(fd)
+            check_regular(st, where)
+            if st.st_size != size:
+                check_against_manifest(where, "", sha, st.st_size, size)
+            data = read_all(fd, size)
+        finally:
+            os.close(fd)
+        if self.verify:
+            check_against_manifest(where, sha256_of_bytes(data), sha)
+        return np.frombuffer(data, dtype=LABELS_DTYPE)
 
     def _run_labels(self, runs: Any) -> np.ndarray:
         """Labels from the manifest's ``extra.label_runs`` ([label, count] pairs), checked."""

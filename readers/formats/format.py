@@ -47,6 +47,9 @@ class Format:
     files: re.Pattern[str]
     # Top-level folders it owns: (folder name, the paths of the files below it) -> ours?
     folder: Callable[[str, Sequence[str]], bool] | None = None
+    # Top-level file names that are its only in an output whose manifest names this format (the
+    # BMP cache's images of a source without class folders: imagelist, COCO, Parquet).
+    dataset_files: re.Pattern[str] | None = None
     remote_finish: RemoteFinish | None = "local"  # None: cannot be written to a URL
     encodings: tuple[str, ...] = ENCODINGS  # one only: the pack pins it (--to bmp is --encode bmp)
     pack_options: tuple[str, ...] = SHARDING_OPTIONS  # keyword names, as in pack_folder(options=)
@@ -63,11 +66,13 @@ class Format:
     def writer_class(self) -> type:
         return load(self.writer)
 
-    def owns(self, name: str, below: Sequence[str] | None = None) -> bool:
+    def owns(self, name: str, below: Sequence[str] | None = None, in_dataset: bool = False) -> bool:
         """Whether the output entry ``name`` is this format's: a file (``below`` None) or a folder
-        holding the files ``below`` (paths relative to it)."""
+        holding the files ``below`` (paths relative to it); ``in_dataset``: the output's manifest
+        names this format."""
         if below is None:
-            return bool(self.files.fullmatch(name))
+            listed = in_dataset and self.dataset_files is not None and self.dataset_files.fullmatch(name)
+            return bool(self.files.fullmatch(name) or listed)
         return self.folder is not None and self.folder(name, below)
 
     def accepts_reader_option(self, option: str) -> bool:

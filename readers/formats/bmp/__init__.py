@@ -18,6 +18,7 @@ FORMAT = Format(
     writer="readers.formats.bmp.writer:BmpWriter",
     files=re.compile(r"files-\d{6}\.jsonl"),
     folder=_class_folder,
+    dataset_files=re.compile(r"[^/]+\.bmp", re.IGNORECASE),
     remote_finish="local",  # finish renames every image into its class folder
     encodings=("bmp",),
     stores_fields=True,  # a 9th index column of JSON text, under each file's crc32

@@ -235,10 +235,15 @@ class Hdf5Reader(FormatReader):
             )
 
     def labels(self) -> np.ndarray:
-        # A short-lived handle: a file opened here and inherited by forked workers is avoided.
         parts = []
-        for entry in self.manifest.shards:
+        for shard, entry in enumerate(self.manifest.shards):
+            part = self._handles.get(shard) if self._pid == os.getpid() else None
+            if part is not None:  # the file this reader's samples come from
+                parts.append(part.labels)
+                continue
+            # A short-lived handle: a file opened here and inherited by forked workers is avoided.
             with open_h5(self.local_file(entry)) as fh:
+                self.check_not_replaced()  # the path may name a new dataset's file now
                 parts.append(fh["labels"][:])
         labels = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
         self.check_labels(labels, f"{self.root}: 'labels'")

@@ -21,14 +21,13 @@ import hashlib
 import json
 import os
 import tarfile
-import warnings
 from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
 
 from readers.checksums import check_against_manifest
-from readers.errors import ChecksumError, ManifestError
+from readers.errors import ChecksumError, ManifestError, warn
 from readers.formats.base import FormatReader, open_shard_file
 from readers.manifest import Shard
 from readers.record import Record
@@ -175,6 +174,7 @@ class _OpenShard:
 
 class TarReader(FormatReader):
     name = "tar"
+    checks_shards_on_open = True
 
     # -- where things are ---------------------------------------------------------------------
     def check_parts(self) -> None:
@@ -248,9 +248,7 @@ class TarReader(FormatReader):
                 if self.remote
                 else f"write it back with `pack reindex {self.root}`"
             )
-            warnings.warn(
-                f"{idx_where}: index missing; rebuilding it from the shard (slow); {fix}", stacklevel=4
-            )
+            warn(f"{idx_where}: index missing; rebuilding it from the shard (slow); {fix}")
             with open_tar() as fh:
                 text = format_index(scan_tar(fh, where))
         return checked(text, idx_where)

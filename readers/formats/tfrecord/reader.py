@@ -28,18 +28,13 @@ from __future__ import annotations
 
 import os
 import struct
-import warnings
 from typing import IO, Any
 
 import numpy as np
 
-try:
-    import simplejpeg
-except ImportError:  # pragma: no cover - a hard dependency; decode.py guards it the same way
-    simplejpeg = None
-
 from readers.checksums import masked_crc
-from readers.errors import ChecksumError, ManifestError
+from readers.decode import jpeg_size
+from readers.errors import ChecksumError, ManifestError, warn
 from readers.formats.base import FormatReader, open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.formats.tfrecord.fields import FIELDS_FEATURE
@@ -136,12 +131,8 @@ def image_size(data: Buffer) -> tuple[int, int] | None:
     if head.startswith(PNG_SIGNATURE) and head[12:16] == b"IHDR":
         width, height = struct.unpack(">II", head[16:24])
         return height, width
-    if head.startswith(b"\xff\xd8\xff") and simplejpeg is not None:
-        try:
-            height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-        except ValueError:
-            return None  # the decode that follows names the damage
-        return height, width
+    if head.startswith(b"\xff\xd8\xff"):
+        return jpeg_size(data)
     return None
 
 
@@ -199,6 +190,7 @@ class TfrecordReader(FormatReader):
     the raw batch path's time per image; ``verify=True`` always checks it."""
 
     name = "tfrecord"
+    checks_shards_on_open = True
 
     def __init__(
         self,
@@ -247,11 +239,8 @@ class TfrecordReader(FormatReader):
             return checked(self._local_index_text(name), self.location(name))
         except FileNotFoundError:
             idx = self.location(name)
-            warnings.warn(
-                f"{idx}: index missing; rebuilding it from the shard (slow); "
-                f"write it back with `pack reindex {self.root}`",
-                stacklevel=4,
-            )
+            warn(f"{idx}: index missing; rebuilding it from the shard (slow); write it back with "
+                 f"`pack reindex {self.root}`")  # fmt: skip
             with open(local_path, "rb") as fh:
                 offsets, sizes = map(np.asarray, scan_records(fh, path))
             self._check_index(shard, offsets, sizes, idx)
