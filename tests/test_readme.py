@@ -29,6 +29,7 @@ import functools
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -98,32 +99,6 @@ def scaled_down(code: str) -> str:
     return code
 
 
-RUNNER = r"""
-import json, subprocess, sys, time, traceback
-blocks = json.load(open(sys.argv[1]))
-namespace = {"__name__": "__readme__"}
-for block in blocks:
-    where = f"{block['page']}:{block['line']}"
-    print(f"--- {where} ({block['lang'] or 'shell'})", flush=True)
-    started = time.perf_counter()
-    try:
-        if block["first_run"]:
-            subprocess.run(["bash", "-euo", "pipefail", "-c", block["first_run"]], check=True)
-        if block["lang"] == "python":
-            if block["given"]:
-                exec(block["given"], namespace)
-            exec(compile(block["code"], where, "exec"), namespace)
-        else:
-            subprocess.run(["bash", "-euo", "pipefail", "-c", block["code"]], check=True)
-    except BaseException:
-        traceback.print_exc()
-        print(f"FAILED: the block at {where}", flush=True)
-        sys.exit(1)
-    print(f"    {time.perf_counter() - started:.1f} s", flush=True)
-print("ALL BLOCKS RAN", flush=True)
-"""
-
-
 def test_every_block_is_run_or_says_why_not():
     blocks = [block for page in PAGES for block in blocks_of(page)]
     assert sum(block.page == "README.md" and block.runnable for block in blocks) >= 2  # the quick tour
@@ -153,29 +128,51 @@ def runnable(page: str, benchmarks: bool) -> list[Block]:
 
 
 @pytest.fixture(scope="module")
+def runner(tmp_path_factory):
+    """tests/docs_runner.py, started once: it forks a fresh process for each page it is sent."""
+    bin_dir = tmp_path_factory.mktemp("bin")
+    for name, command in (("pack", "-m packer.cli"), ("python", "")):
+        shim = bin_dir / name
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {command} "$@"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    env = cli_env()
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    env["MPLBACKEND"] = "Agg"
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "docs_runner.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    yield proc
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
 def page_dir(tmp_path_factory):
     """page_dir(page) -> the page's scratch directory, made once and shared by its tests."""
     made: dict[str, Path] = {}
 
     def make(page: str) -> Path:
         if page not in made:
-            root = tmp_path_factory.mktemp(Path(page).stem)
-            work = root / "work"
+            work = tmp_path_factory.mktemp(Path(page).stem) / "work"
             (work / "docs" / "bench").mkdir(parents=True)
-            (root / "bin").mkdir()
             for name in ("sample_data", "scripts"):
                 (work / name).symlink_to(REPO / name)
-            for name, command in (("pack", "-m packer.cli"), ("python", "")):
-                shim = root / "bin" / name
-                shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {command} "$@"\n')
-                shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
             made[page] = work
         return made[page]
 
     return make
 
 
-def run_blocks(work: Path, blocks: list[Block]) -> None:
+def run_blocks(runner: subprocess.Popen, work: Path, blocks: list[Block], timeout: int) -> None:
     plan = []
     for block in blocks:
         kind, value = block.marker or ("", "")
@@ -189,30 +186,23 @@ def run_blocks(work: Path, blocks: list[Block]) -> None:
                 "given": value if kind == "given" else "",
             }
         )
-    name = f"plan-{blocks[0].line}"
-    (work.parent / f"{name}.json").write_text(json.dumps(plan))
-    (work.parent / "runner.py").write_text(RUNNER)
-    env = cli_env()
-    env["PATH"] = f"{work.parent / 'bin'}{os.pathsep}{env['PATH']}"
-    env["MPLBACKEND"] = "Agg"
-    proc = subprocess.run(
-        [sys.executable, str(work.parent / "runner.py"), str(work.parent / f"{name}.json")],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=580,
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "ALL BLOCKS RAN" in proc.stdout, output[-6000:]
+    name = work.parent / f"plan-{blocks[0].line}"
+    name.with_suffix(".json").write_text(json.dumps(plan))
+    request = {"plan": str(name.with_suffix(".json")), "cwd": str(work), "log": str(name.with_suffix(".log"))}
+    assert runner.stdin is not None and runner.stdout is not None
+    runner.stdin.write(json.dumps({**request, "timeout": timeout}) + "\n")
+    runner.stdin.flush()
+    status = runner.stdout.readline().strip()
+    output = name.with_suffix(".log").read_text(errors="replace")
+    assert status == "0" and "ALL BLOCKS RAN" in output, f"exit status {status!r}\n{output[-6000:]}"
     assert output.count(f"--- {blocks[0].page}:") == len(plan)
-    print(proc.stdout)  # seconds per block, shown with -s or on failure
+    print(output)  # seconds per block, shown with -s or on failure
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in PAGES if runnable(p, benchmarks=False)])
-def test_page_blocks_run_against_sample_data(page_dir, page):
-    run_blocks(page_dir(page), runnable(page, benchmarks=False))
+def test_page_blocks_run_against_sample_data(runner, page_dir, page):
+    run_blocks(runner, page_dir(page), runnable(page, benchmarks=False), timeout=280)
 
 
 BENCHMARKS = [b for page in PAGES for b in runnable(page, benchmarks=True)]
@@ -221,6 +211,6 @@ BENCHMARKS = [b for page in PAGES for b in runnable(page, benchmarks=True)]
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("block", BENCHMARKS, ids=lambda b: b.where)
-def test_benchmark_blocks_run_scaled_down(page_dir, block):
-    run_blocks(page_dir(block.page), [block])
+def test_benchmark_blocks_run_scaled_down(runner, page_dir, block):
+    run_blocks(runner, page_dir(block.page), [block], timeout=580)
 
