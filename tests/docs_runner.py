@@ -75,6 +75,7 @@ def main() -> None:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status), flush=True)
+    os._exit(0)  # stdin closed: no need to wait for torch's interpreter teardown
 
 
 if __name__ == "__main__":
