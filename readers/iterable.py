@@ -23,8 +23,8 @@ from readers.spec import ReadSpec
 class PackedIterable(RecordStream):
     """Reads a packed dataset as a stream of samples, or of whole batches when ``batch_size`` is set.
 
-    Every option is keyword-only and is a field of ``readers.spec.ReadSpec`` (the README's table of
-    reading options); ``spec=`` passes a ready one instead.
+    Every option is keyword-only and is a field of ``readers.spec.ReadSpec`` (the table of
+    reading options in docs/reading.md); ``spec=`` passes a ready one instead.
 
     With ``batch_size`` the workers assemble batches and the DataLoader must run with
     ``batch_size=None``: ``DataLoader(it, batch_size=None, num_workers=N)``. Batches are

@@ -15,7 +15,7 @@ extension starts decoding at the marker one MCU row above the window instead (cs
 the same headers with a shorter frame, the data from that marker on, nothing re-encoded), and the
 rows above it are never read. imgpack does not write such markers: libjpeg-turbo decodes a JPEG
 with a restart interval 4-6% slower throughout, which cancels what the jump saves on training
-crops (README, "Decoding only the crop window").
+crops (docs/reading.md, "Decoding only the crop window").
 
 Where libjpeg-turbo comes from (a fresh machine needs nothing but pip): the small C extension
 ``readers._jpegwindow`` (csrc/jpegwindow.c, built by ``pip install`` with the vendored libjpeg

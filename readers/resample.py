@@ -7,7 +7,7 @@ is bilinear). Chosen over Pillow for speed on the read path: ``scripts/bench_res
 measured Pillow's antialiased bilinear 10-13x slower per image on the batch path's resizes. The
 same function at pack time and read time means ``pack --resize N`` and ``resize=N`` of a losslessly
 stored original give the same pixels. DALI's ``fn.resize`` (GPU or CPU) is its own resampler: see
-the README for how far apart they are.
+docs/dali.md for how far apart they are.
 """
 
 from __future__ import annotations

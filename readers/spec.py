@@ -6,7 +6,7 @@ when the entry point is called, with the same message on every path. What a spec
 against the data (a crop larger than the smallest stored image, whole batches of images that keep
 different sizes) is ``check_stored``, run by each entry point on each dataset it opens.
 
-``ENTRY_POINTS`` says which entry points take each option: the README's table of reading options
+``ENTRY_POINTS`` says which entry points take each option: the table of reading options in docs/reading.md
 is tested against it.
 """
 
@@ -280,5 +280,5 @@ def renamed(where: str, old: str, old_value: Any, new: str, new_value: Any) -> A
 
 
 def entry_points() -> dict[str, tuple[str, ...]]:
-    """Each reading option and the entry points that take it (the README table's source)."""
+    """Each reading option and the entry points that take it (the source of docs/reading.md's table)."""
     return {f.name: f.metadata["paths"] for f in dataclasses.fields(ReadSpec)}

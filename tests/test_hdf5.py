@@ -54,8 +54,8 @@ def test_round_trip_every_encoding(packed, encoding):
     np.testing.assert_array_equal(reader.labels(), [item.label for item in packed_items(path)])
 
 
-def test_plain_h5py_reading_as_the_readme_describes(packed):
-    """Follow the README's "HDF5 layout" section with h5py, NumPy and Pillow only."""
+def test_plain_h5py_reading_as_the_formats_page_describes(packed):
+    """Follow the "HDF5 layout" section of docs/formats.md with h5py, NumPy and Pillow only."""
     scan = scan_folder(SAMPLE_DATA)
     encoded = open_reader(packed("hdf5", **SPECS["png"]))
     raw = open_reader(packed("hdf5", **SPECS["raw"]))

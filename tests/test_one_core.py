@@ -179,9 +179,9 @@ def test_signatures_are_keyword_only(paths):
         assert positional in (["path"], ["paths"]), entry
 
 
-def test_readme_table_lists_every_option_with_its_paths():
-    readme = (REPO / "README.md").read_text()
-    table_text = readme.split("| option | taken by | what it does |", 1)[1].split("\n\n", 1)[0]
+def test_reading_docs_table_lists_every_option_with_its_paths():
+    reading = (REPO / "docs" / "reading.md").read_text()
+    table_text = reading.split("| option | taken by | what it does |", 1)[1].split("\n\n", 1)[0]
     rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", table_text, flags=re.M))
     table = {f.name for f in dataclasses.fields(ReadSpec)}
     assert set(rows) == table

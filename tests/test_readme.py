@@ -1,26 +1,35 @@
-"""The README's code runs: every fenced block, in order, against sample_data (issue 17).
+"""The docs' code runs: every fenced block of README.md and of each docs/*.md page, in order, against
+sample_data (issue 17).
+
+Each page runs on its own, as a reader following it would: its own scratch directory and one Python
+namespace for its ``python`` blocks (a later block may use an earlier one's names, never another
+page's). A failure names the page and the line of the block.
 
 How a block is treated:
-- ``python`` blocks run in one shared namespace (a later block may use an earlier one's names);
-  ``bash``/``sh`` and unlabelled blocks run with bash, ``pack`` and ``python`` being this checkout's;
+- ``python`` blocks run in the page's namespace; ``bash``/``sh`` and unlabelled blocks run with
+  bash, ``pack`` and ``python`` being this checkout's;
 - ``text`` blocks are program output, not code;
 - a marker comment on the line right above a block changes that:
   ``<!-- readme-test: not run: REASON -->`` (a GPU, S3, installing packages: the reason is
   required and printed), ``<!-- readme-test: first run: COMMAND -->`` (a shell command that makes
-  what the block reads, e.g. a dataset only mentioned in prose) and
-  ``<!-- readme-test: given: PYTHON -->`` (names a fragment leaves to the reader, e.g. a count).
+  what the block reads, e.g. a dataset another page packs), ``<!-- readme-test: given: PYTHON -->``
+  (names a fragment leaves to the reader, e.g. a count) and
+  ``<!-- readme-test: same as: PAGE -->`` (the block is a copy of part of a block that runs on
+  PAGE, e.g. a benchmark the README quotes: checked to be one, not run twice).
 
 Everything runs in a scratch directory holding ``sample_data`` and ``scripts`` (links into this
 checkout), with the user's data swapped for sample_data and the sizes scaled down (SUBSTITUTIONS:
-44 images instead of ImageNet, 2 epochs instead of 90, 2 workers), so the README cannot drift
-from the code without this test failing.
+44 images instead of ImageNet, 2 epochs instead of 90, 2 workers), so the docs cannot drift from
+the code without this test failing. Benchmark reproductions run as tests of their own.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -28,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli_env
+from conftest import cli_env
+from helpers_markdown import REPO, doc_pages, fences, page_name
 
-README = REPO / "README.md"
-MARKER = re.compile(r"<!--\s*readme-test:\s*(not run|first run|given):\s*(.*?)\s*-->")
+MARKER = re.compile(r"<!--\s*readme-test:\s*(not run|first run|given|same as):\s*(.*?)\s*-->")
 SHELL = ("", "bash", "sh", "shell", "console")
 SUBSTITUTIONS = [
     (r"~/data/(imagenet/)?train", "sample_data"),
@@ -51,32 +60,41 @@ SUBSTITUTIONS = [
 
 @dataclass
 class Block:
-    line: int  # 1-based line of the opening fence in README.md
+    page: str  # README.md or docs/NAME.md
+    line: int  # 1-based line of the opening fence in the page
     lang: str
     code: str
     marker: tuple[str, str] | None
 
     @property
     def runnable(self) -> bool:
-        return self.lang != "text" and not (self.marker and self.marker[0] == "not run")
+        return self.lang != "text" and not (self.marker and self.marker[0] in ("not run", "same as"))
+
+    @property
+    def copied(self) -> bool:
+        return bool(self.marker and self.marker[0] == "same as")
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
 
-def readme_blocks(text: str) -> list[Block]:
-    blocks: list[Block] = []
+def page_blocks(text: str, page: str) -> list[Block]:
     lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        fence = re.match(r"^```(\w*)\s*$", lines[i])
-        if not fence:
-            i += 1
-            continue
-        end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-        above = lines[i - 1] if i else ""
-        found = MARKER.search(above)
+    blocks = []
+    for start, end, lang in fences(lines, page):
+        found = MARKER.search(lines[start - 1]) if start else None
         marker = (found.group(1), found.group(2)) if found else None
-        blocks.append(Block(i + 1, fence.group(1), "\n".join(lines[i + 1 : end]) + "\n", marker))
-        i = end + 1
+        blocks.append(Block(page, start + 1, lang, "\n".join(lines[start + 1 : end]) + "\n", marker))
     return blocks
+
+
+@functools.cache
+def blocks_of(page: str) -> list[Block]:
+    return page_blocks((REPO / page).read_text(encoding="utf-8"), page)
+
+
+PAGES = [page_name(path) for path in doc_pages()]
 
 
 def scaled_down(code: str) -> str:
@@ -85,40 +103,23 @@ def scaled_down(code: str) -> str:
     return code
 
 
-RUNNER = r"""
-import json, subprocess, sys, time, traceback
-blocks = json.load(open(sys.argv[1]))
-namespace = {"__name__": "__readme__"}
-for block in blocks:
-    print(f"--- README.md line {block['line']} ({block['lang'] or 'shell'})", flush=True)
-    started = time.perf_counter()
-    try:
-        if block["first_run"]:
-            subprocess.run(["bash", "-euo", "pipefail", "-c", block["first_run"]], check=True)
-        if block["lang"] == "python":
-            if block["given"]:
-                exec(block["given"], namespace)
-            exec(compile(block["code"], f"README.md:{block['line']}", "exec"), namespace)
-        else:
-            subprocess.run(["bash", "-euo", "pipefail", "-c", block["code"]], check=True)
-    except BaseException:
-        traceback.print_exc()
-        print(f"FAILED: README.md block at line {block['line']}", flush=True)
-        sys.exit(1)
-    print(f"    {time.perf_counter() - started:.1f} s", flush=True)
-print("ALL BLOCKS RAN", flush=True)
-"""
-
-
-def test_every_readme_block_is_run_or_says_why_not():
-    blocks = readme_blocks(README.read_text(encoding="utf-8"))
-    assert len(blocks) >= 10
+def test_every_block_is_run_or_says_why_not():
+    blocks = [block for page in PAGES for block in blocks_of(page)]
+    tour = [b for b in blocks if b.page == "README.md" and (b.runnable or b.copied)]
+    assert len(tour) >= 3  # the quick tour runs, here or as a checked copy of a page's block
     for block in blocks:
-        assert block.lang in ("python", "text", *SHELL), f"README.md:{block.line}: unknown block language"
-        if block.marker and block.marker[0] == "not run":
-            assert len(block.marker[1]) > 10, f"README.md:{block.line}: say why the block cannot run"
-    skipped = [b for b in blocks if not b.runnable and b.lang != "text"]
-    assert len(skipped) <= 4, [(b.line, b.marker) for b in skipped]  # most of the README runs
+        assert block.lang in ("python", "text", *SHELL), f"{block.where}: unknown block language"
+        kind, value = block.marker or ("", "")
+        if kind == "not run":
+            assert len(value) > 10, f"{block.where}: say why the block cannot run"
+        if kind == "same as":
+            assert value in PAGES, f"{block.where}: 'same as' names {value!r}, not a page of the docs"
+            copied = block.code.strip()
+            assert any(copied in other.code for other in blocks_of(value) if other.runnable), (
+                f"{block.where}: no block that runs on {value} holds this one"
+            )
+    skipped = [b for b in blocks if b.marker and b.marker[0] == "not run"]
+    assert len(skipped) <= 4, [(b.where, b.marker) for b in skipped]  # most of the docs run
     assert sum(b.lang == "python" and b.runnable for b in blocks) >= 5
 
 
@@ -127,31 +128,62 @@ def is_benchmark(block: Block) -> bool:
     return any(word in block.code for word in ("pack bench", "scripts/scaling.py", "make_bench_data.py"))
 
 
-RUNNABLE = [b for b in readme_blocks(README.read_text(encoding="utf-8")) if b.runnable]
+def runnable(page: str, benchmarks: bool) -> list[Block]:
+    return [b for b in blocks_of(page) if b.runnable and is_benchmark(b) == benchmarks]
 
 
 @pytest.fixture(scope="module")
-def readme_dir(tmp_path_factory) -> Path:
-    """The scratch directory every block runs in, shared so that later blocks read earlier output."""
-    root = tmp_path_factory.mktemp("readme")
-    work = root / "work"
-    (work / "docs" / "bench").mkdir(parents=True)
-    (root / "bin").mkdir()
-    for name in ("sample_data", "scripts"):
-        (work / name).symlink_to(REPO / name)
+def runner(tmp_path_factory):
+    """tests/docs_runner.py, started once: it forks a fresh process for each page it is sent."""
+    bin_dir = tmp_path_factory.mktemp("bin")
     for name, command in (("pack", "-m packer.cli"), ("python", "")):
-        shim = root / "bin" / name
+        shim = bin_dir / name
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {command} "$@"\n')
         shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
-    return work
+    env = cli_env()
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    env["MPLBACKEND"] = "Agg"
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "docs_runner.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    yield proc
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
-def run_blocks(work: Path, blocks: list[Block]) -> None:
+@pytest.fixture(scope="module")
+def page_dir(tmp_path_factory):
+    """page_dir(page) -> the page's scratch directory, made once and shared by its tests."""
+    made: dict[str, Path] = {}
+
+    def make(page: str) -> Path:
+        if page not in made:
+            work = tmp_path_factory.mktemp(Path(page).stem) / "work"
+            (work / "docs" / "bench").mkdir(parents=True)
+            for name in ("sample_data", "scripts"):
+                (work / name).symlink_to(REPO / name)
+            made[page] = work
+        return made[page]
+
+    return make
+
+
+def run_blocks(runner: subprocess.Popen, work: Path, blocks: list[Block], timeout: int) -> None:
     plan = []
     for block in blocks:
         kind, value = block.marker or ("", "")
         plan.append(
             {
+                "page": block.page,
                 "line": block.line,
                 "lang": block.lang,
                 "code": scaled_down(block.code),
@@ -159,35 +191,31 @@ def run_blocks(work: Path, blocks: list[Block]) -> None:
                 "given": value if kind == "given" else "",
             }
         )
-    name = f"plan-{blocks[0].line}"
-    (work.parent / f"{name}.json").write_text(json.dumps(plan))
-    (work.parent / "runner.py").write_text(RUNNER)
-    env = cli_env()
-    env["PATH"] = f"{work.parent / 'bin'}{os.pathsep}{env['PATH']}"
-    env["MPLBACKEND"] = "Agg"
-    proc = subprocess.run(
-        [sys.executable, str(work.parent / "runner.py"), str(work.parent / f"{name}.json")],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=580,
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "ALL BLOCKS RAN" in proc.stdout, output[-6000:]
-    assert output.count("--- README.md line") == len(plan)
-    print(proc.stdout)  # seconds per block, shown with -s or on failure
+    name = work.parent / f"plan-{blocks[0].line}"
+    name.with_suffix(".json").write_text(json.dumps(plan))
+    request = {"plan": str(name.with_suffix(".json")), "cwd": str(work), "log": str(name.with_suffix(".log"))}
+    assert runner.stdin is not None and runner.stdout is not None
+    runner.stdin.write(json.dumps({**request, "timeout": timeout}) + "\n")
+    runner.stdin.flush()
+    status = runner.stdout.readline().strip()
+    output = name.with_suffix(".log").read_text(errors="replace")
+    assert status == "0" and "ALL BLOCKS RAN" in output, f"exit status {status!r}\n{output[-6000:]}"
+    assert output.count(f"--- {blocks[0].page}:") == len(plan)
+    print(output)  # seconds per block, shown with -s or on failure
 
 
 @pytest.mark.slow
-def test_readme_blocks_run_against_sample_data(readme_dir):
-    run_blocks(readme_dir, [b for b in RUNNABLE if not is_benchmark(b)])
+@pytest.mark.parametrize("page", [p for p in PAGES if runnable(p, benchmarks=False)])
+def test_page_blocks_run_against_sample_data(runner, page_dir, page):
+    run_blocks(runner, page_dir(page), runnable(page, benchmarks=False), timeout=280)
+
+
+BENCHMARKS = [b for page in PAGES for b in runnable(page, benchmarks=True)]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("block", [b for b in RUNNABLE if is_benchmark(b)], ids=lambda b: f"line{b.line}")
-def test_readme_benchmark_blocks_run_scaled_down(readme_dir, block):
-    if not (readme_dir / "train.lmdb" / "manifest.json").exists():  # run alone: the packing block first
-        run_blocks(readme_dir, [b for b in RUNNABLE if "--to lmdb -o train.lmdb" in b.code][:1])
-    run_blocks(readme_dir, [block])
+@pytest.mark.parametrize("block", BENCHMARKS, ids=lambda b: b.where)
+def test_benchmark_blocks_run_scaled_down(runner, page_dir, block):
+    run_blocks(runner, page_dir(block.page), [block], timeout=580)
+

@@ -21,7 +21,7 @@ The options are one ``readers.spec.ReadSpec``, checked when ``dali_loader`` is c
 paths read the batches ``readers.dali.feed.BatchFeed`` plans (``readers.order`` for the order,
 the rank split and the epochs; the format reader's ``read_many`` for the bytes), the same samples
 in the same order as ``open_iterable``: labels and order are identical on all three paths, and
-DALI's pixels differ from the CPU resampler's only by resampling (see the README).
+DALI's pixels differ from the CPU resampler's only by resampling (see docs/dali.md).
 
 Geometry (``readers.geometry``, the same numbers as ``open_iterable``): ``resize=N`` scales the
 shorter side to N (the other side rounded to nearest, ties to even), ``resize=(H, W)`` is exact;

@@ -1,6 +1,6 @@
 """HDF5 datasets: one or more files ``data-000000.h5`` readable with plain h5py.
 
-On-disk layout of one file (shared with the writer in packer/formats/hdf5.py; the README's
+On-disk layout of one file (shared with the writer in packer/formats/hdf5.py; docs/formats.md's
 "HDF5 layout" section documents it for people reading the files without imgpack). N is the
 number of samples in this file; sample k of the file is global sample ``attrs["first"] + k``.
 

@@ -1,6 +1,6 @@
 """HDF5 writer: one ``.h5`` file per part, written through resizable datasets.
 
-The layout is described with the reader (readers/formats/hdf5.py) and in the README. Samples are
+The layout is described with the reader (readers/formats/hdf5.py) and in docs/formats.md. Samples are
 buffered up to ``FLUSH_BYTES`` / ``FLUSH_SAMPLES`` and appended with one resize and one slice
 write per dataset, so memory stays bounded whatever the dataset size. The dataset manifest is
 put into each file's attributes by ``finish`` (only then are classes and global positions known),
