@@ -55,6 +55,7 @@ SUBSTITUTIONS = [
     (r"--samples 100000 1000000", "--samples 2000"),
     (r"--sizes 20000 200000 1000000", "--sizes 300"),
     (r"--samples 1000000 --per-part 100000", "--samples 2000 --per-part 1000"),
+    (r"--seconds 1800\b", "--seconds 2"),
 ]
 
 
