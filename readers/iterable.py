@@ -68,6 +68,9 @@ class PackedIterable(RecordStream):
     def _read(self, epoch: int, positions: np.ndarray) -> list[Record]:
         return self.reader.read_many(positions)
 
+    def planned_reads(self, epoch: int, positions: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+        return [(self.reader, np.asarray(positions))]
+
     def describe(self, position: int) -> str:
         return self.reader.describe(position)
 

@@ -201,6 +201,10 @@ class MixedIterable(RecordStream):
                 out[k] = record._replace(label=record.label + shift) if shift else record
         return out  # type: ignore[return-value]
 
+    def planned_reads(self, epoch: int, positions: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+        source, index = self._pairs(epoch, positions)
+        return [(self.readers[i], index[source == i]) for i in np.unique(source).tolist()]
+
     def describe(self, position: int) -> str:
         assert self._pass is not None
         source, index = self._pairs(self._pass.epoch, np.array([position]))

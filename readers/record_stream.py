@@ -83,6 +83,14 @@ class RecordStream(EpochStream):
         """Which of the source's datasets each position of ``epoch`` reads (a mix has several)."""
         return np.zeros(len(positions), dtype=np.int64)
 
+    def planned_reads(self, epoch: int, positions: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+        """(format reader, sample indices) for each dataset ``_read(epoch, positions)`` reads from."""
+        raise NotImplementedError
+
+    def group_positions(self, epoch: int, positions: np.ndarray, group: list[tuple[int, int]]) -> np.ndarray:
+        """The positions ``_emit(positions, group)`` reads (padding of a short last batch included)."""
+        return np.concatenate([self._chunk(epoch, positions, a, b)[0] for a, b in group])
+
     # -- the loop --------------------------------------------------------------------------------
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
         assert self._pass is not None  # set by the iteration running this

@@ -205,15 +205,20 @@ class EpochStream(IterableDataset):
         if info is not None:
             self._worker_yields.fill_(1)
         # Read a worker's next few chunks together, so per-sample chunks still read in blocks.
-        group = max(1, self.order.block_size // self.order.unit)
-        pending: list[tuple[int, int]] = []
-        for span in spans:
-            pending.append(span)
-            if len(pending) >= group:
-                yield from self._emit(positions, pending)
-                pending = []
-        if pending:
-            yield from self._emit(positions, pending)
+        size = max(1, self.order.block_size // self.order.unit)
+        listed = list(spans)
+        groups = [listed[i : i + size] for i in range(0, len(listed), size)]
+        yield from self._emit_pass(positions, groups)
+
+    def _emit_pass(self, positions: np.ndarray, groups: list[list[tuple[int, int]]]) -> Iterator[Any]:
+        """Emit a pass's ``groups`` of spans in turn. The whole pass is known before its first
+        read, so a subclass may look ahead (``read_ahead``) without changing what is yielded."""
+        for i, group in enumerate(groups):
+            self.read_ahead(positions, groups, i)
+            yield from self._emit(positions, group)
+
+    def read_ahead(self, positions: np.ndarray, groups: list[list[tuple[int, int]]], current: int) -> None:
+        """Called before ``groups[current]`` is emitted: a place to ask storage for later groups."""
 
 
 def trimmed(spans: Iterator[tuple[int, int]], skip: int, relative: bool = False) -> Iterator[tuple[int, int]]:
