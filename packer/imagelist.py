@@ -29,7 +29,7 @@ from packer.rows import PathCheck, fields_schema, scan_rows
 from packer.rows import Row as RowsRow
 from packer.source import SourceItem, SourceScan
 from readers.errors import ImgpackError
-from readers.fields import FieldError, encode, normalise
+from readers.fields import INT64, FieldError, encode, normalise
 
 PATH_COLUMNS = ("path", "file", "filename", "file_name", "image", "image_path", "img", "image_id", "id")
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "label_id")
@@ -68,12 +68,14 @@ def _json_row(number: int, entry: dict, path_key: str, label_key: str) -> Row:
 
 
 def _cell_value(text: str) -> Any:
-    """A CSV cell typed from its text: an integer, a number, else the text ("" is no value)."""
+    """A CSV cell typed from its text: an integer (int64), a number, else the text ("" is no
+    value). Digits beyond int64 stay text: such a cell is an id, and a float would round it."""
     text = text.strip()
     if not text:
         return None
-    if _INTEGER.fullmatch(text) and len(text) <= 18:
-        return int(text)
+    if _INTEGER.fullmatch(text):
+        whole = int(text) if len(text) <= 20 else None
+        return whole if whole is not None and INT64[0] <= whole <= INT64[1] else text
     try:
         number = float(text)
     except ValueError:
