@@ -61,6 +61,8 @@ def load_coco(path: Path) -> dict[str, Any]:
         raise ImgpackError(f"{path}: no such COCO annotation file") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ImgpackError(f"{path}: not a COCO annotation file (not JSON: {exc})") from None
+    except RecursionError:
+        raise ImgpackError(f"{path}: not a COCO annotation file (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise ImgpackError(
             f"{path}: not a COCO annotation file (a JSON object with images, annotations, categories)"
@@ -75,7 +77,17 @@ def load_coco(path: Path) -> dict[str, Any]:
                 raise ImgpackError(
                     f"{path}: not a COCO annotation file: {key}[{number}] has no {', '.join(lacking)}"
                 )
+            if not _is_id(entry["id"]):
+                raise ImgpackError(
+                    f"{path}: not a COCO annotation file: {key}[{number}] has id "
+                    f"{json.dumps(entry['id'])[:40]}, not a number or text"
+                )
     return data
+
+
+def _is_id(value: Any) -> bool:
+    """A COCO id: an integer or a text (a list or object cannot key the images or categories)."""
+    return isinstance(value, (int, str))
 
 
 def _bbox(value: Any) -> list[float] | str:
@@ -117,7 +129,8 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
         problem = _annotation_problem(ann, images, index_of)
         box = _bbox(ann.get("bbox")) if not problem else problem
         if isinstance(box, str):
-            name = images.get(ann.get("image_id"), {}).get("file_name") if isinstance(ann, dict) else None
+            known = isinstance(ann, dict) and _is_id(ann.get("image_id"))
+            name = images.get(ann["image_id"], {}).get("file_name") if known else None
             scan.skipped.append({"path": str(name or f"<{where}>"), "reason": f"{where}: {box}"})
             continue
         crowd = 1 if ann.get("iscrowd") else 0
@@ -141,6 +154,9 @@ def _annotation_problem(ann: Any, images: Mapping[Any, Any], index_of: Mapping[A
     lacking = [k for k in REQUIRED["annotations"] if k not in ann]
     if lacking:
         return f"no {', '.join(lacking)}"
+    for key in ("image_id", "category_id"):
+        if not _is_id(ann[key]):
+            return f"{key} {json.dumps(ann[key])[:40]} is not a number or text"
     if ann["image_id"] not in images:
         return f"image_id {json.dumps(ann['image_id'])[:40]} is not in images"
     if ann["category_id"] not in index_of:

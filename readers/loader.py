@@ -29,6 +29,7 @@ from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from readers.field_collate import field_collate
 from readers.resume import ResumeError, ResumePoint, advance, check_worker_states, loader_workers
 from readers.stream import EpochStream
 
@@ -144,7 +145,9 @@ def make_loader(
     ``batch_size`` is only for the per-sample path (``open_iterable`` without ``batch_size``);
     other keyword arguments go to the DataLoader (``pin_memory``, ``persistent_workers``,
     ``prefetch_factor``, ``worker_init_fn``, ``collate_fn``...). On the whole-batch path with
-    workers, ``prefetch_factor`` defaults to ``WHOLE_BATCH_PREFETCH``.
+    workers, ``prefetch_factor`` defaults to ``WHOLE_BATCH_PREFETCH``; on the per-sample path with
+    ``fields=``, ``collate_fn`` defaults to ``readers.field_collate.FieldCollate`` (targets
+    collated as on the whole-batch path).
     """
     if not isinstance(dataset, EpochStream):
         kind = type(dataset).__name__
@@ -159,6 +162,9 @@ def make_loader(
             loader_options.setdefault("prefetch_factor", WHOLE_BATCH_PREFETCH)
     else:
         dataset.set_loader_batch_size(batch_size)
+        collate = field_collate(dataset) if batch_size is not None else None
+        if collate is not None:  # variable-length fields: default_collate cannot batch them
+            loader_options.setdefault("collate_fn", collate)
     if loader_options.get("drop_last"):
         raise ValueError("pass drop_last= to open_iterable: it decides for every rank at once")
     return PackedLoader(dataset, batch_size=batch_size, num_workers=num_workers, **loader_options)

@@ -112,3 +112,13 @@ def test_an_integer_beyond_int64_is_refused_at_pack_time_with_its_line(images, t
     assert (
         len(next(iter(open_iterable(out, shuffle=False, crop=32, batch_size=2, fields=["n"])))[1]["n"]) == 2
     )
+
+
+def test_dali_carries_float_fields_as_float64():
+    """The bytes ``dali_loader`` moves through its pipeline per sample (``readers.dali.fields``)."""
+    from readers.dali.fields import from_bytes, to_bytes
+    from readers.fields import typed
+
+    many = typed({"many": "floats"}, {"many": VALUES})["many"]
+    assert _exact(from_bytes("floats", to_bytes("floats", many))) == VALUES
+    assert [from_bytes("float", to_bytes("float", v)) for v in VALUES] == VALUES
