@@ -19,13 +19,13 @@ import csv
 import io
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packer.rows import MAX_IMPLIED_CLASSES, PathCheck, fields_schema, scan_rows
+from packer.list_labels import INTEGER, NO_CLASS, label_resolver, no_class, shown, unknown_label
+from packer.rows import PathCheck, fields_schema, scan_rows
 from packer.rows import Row as RowsRow
 from packer.source import SourceItem, SourceScan
 from readers.errors import ImgpackError
@@ -34,8 +34,6 @@ from readers.fields import INT64, FieldError, encode, normalise
 PATH_COLUMNS = ("path", "file", "filename", "file_name", "image", "image_path", "img", "image_id", "id")
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "label_id")
 LIST_KINDS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-_INTEGER = re.compile(r"-?[0-9]+")
-NO_CLASS = -1  # the label of a sample without a class (a caption or tags set, --no-label)
 
 
 @dataclass
@@ -47,22 +45,16 @@ class Row:
     fields: dict[str, Any] = field(default_factory=dict)  # the other columns / JSON keys
 
 
-def _shown(value: Any, limit: int = 60) -> str:
-    """``value`` as a short text for a reason (a JSON value as JSON, a long one cut)."""
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
 def _json_row(number: int, entry: dict, path_key: str, label_key: str | None) -> Row:
     path = entry.get(path_key, "")
     label = entry.get(label_key, "") if label_key is not None else NO_CLASS
     extra = {k: v for k, v in entry.items() if k not in (path_key, label_key)}
     if not isinstance(path, str):
-        return Row(number, "", label, f"path {_shown(path)} is not a string")
+        return Row(number, "", label, f"path {shown(path)} is not a string")
     if isinstance(label, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in label):
         return Row(number, path, label, fields=extra)  # several labels (--multi-label)
     if isinstance(label, bool) or not isinstance(label, (str, int)):
-        return Row(number, path, "", f"label {_shown(label)} is neither an integer nor a class name")
+        return Row(number, path, "", f"label {shown(label)} is neither an integer nor a class name")
     return Row(number, path, label, fields=extra)
 
 
@@ -72,7 +64,7 @@ def _cell_value(text: str) -> Any:
     text = text.strip()
     if not text:
         return None
-    if _INTEGER.fullmatch(text):
+    if INTEGER.fullmatch(text):
         whole = int(text) if len(text) <= 20 else None
         return whole if whole is not None and INT64[0] <= whole <= INT64[1] else text
     try:
@@ -215,65 +207,6 @@ def read_classes(path: Path) -> list[str]:
     return names
 
 
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if not _INTEGER.fullmatch(text):
-        return None
-    # beyond any class count: not converted (Python refuses integers of more than 4300 digits)
-    return int(text) if len(text) <= 18 else 10**18
-
-
-def _no_class(label: Any) -> bool:
-    return _as_int(label) == NO_CLASS
-
-
-def _implied_class_limit(rows: list[Row]) -> int:
-    return max(MAX_IMPLIED_CLASSES, len(rows))
-
-
-def _label_resolver(rows: list[Row], classes: list[str] | None):
-    """(classes, label of a row value or None if unknown)."""
-    if classes is not None:
-        names = {n: i for i, n in enumerate(classes)}
-
-        def resolve(value: Any) -> int | None:
-            if str(value) in names:
-                return names[str(value)]
-            number = _as_int(value)
-            return number if number is not None and 0 <= number < len(classes) else None
-
-        return classes, resolve
-    values = [r.label for r in rows if not r.problem and str(r.label).strip() and not _no_class(r.label)]
-    numbers = [_as_int(v) for v in values]
-    if values and all(n is not None for n in numbers):
-        limit = _implied_class_limit(rows)
-        top = max((n for n in numbers if n is not None and n < limit), default=-1)
-        return [
-            str(i) for i in range(top + 1)
-        ], lambda v: n if (n := _as_int(v)) is not None and 0 <= n <= top else None
-    found = sorted({str(v) for v in values})
-    index = {n: i for i, n in enumerate(found)}
-    return found, lambda v: index.get(str(v))
-
-
-def _unknown_label(row: Row, rows: list[Row], classes: list[str], classes_file: Any) -> str:
-    number = _as_int(row.label)
-    text = str(row.label).strip()
-    if classes_file is None and number is not None and number >= _implied_class_limit(rows):
-        digits = f" ({len(text.lstrip('-'))} digits)" if len(text) > 18 else ""
-        return (
-            f"label {_shown(text, 20)}{digits} is far above the number of rows ({len(rows)}); "
-            "integer labels are class numbers 0..N-1: give --classes FILE to name the classes"
-        )
-    known = f"{len(classes)} classes" + (f" from {classes_file}" if classes_file else "")
-    shown = repr(row.label) if len(text) <= 60 else _shown(text)
-    return f"unknown label {shown} ({known})"
-
-
 def scan_list(
     list_path: str | os.PathLike,
     root: str | os.PathLike | None = None,
@@ -308,11 +241,11 @@ def scan_list(
     if multi_label is None:  # a JSON list of labels is for --multi-label only
         for row in rows:
             if isinstance(row.label, list) and not row.problem:
-                row.problem = f"label {_shown(row.label)} is neither an integer nor a class name"
+                row.problem = f"label {shown(row.label)} is neither an integer nor a class name"
                 row.label = ""
     else:
         return _scan_multi_label(list_path, root, rows, classes_file, suffix, fields, no_fields, multi_label)
-    classes, resolve = _label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
+    classes, resolve = label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
     classes = classes or ["0"]  # a set without classes: a placeholder, as every source records it
     schema = _select_fields(list_path, rows, fields, no_fields)
     check = PathCheck(root)
@@ -330,12 +263,12 @@ def scan_list(
         if problem:
             skipped.append({"path": rel, "reason": problem})
             continue
-        label = NO_CLASS if _no_class(row.label) else resolve(row.label) if str(row.label).strip() else None
+        label = NO_CLASS if no_class(row.label) else resolve(row.label) if str(row.label).strip() else None
         if str(row.label).strip() == "":
             skipped.append({"path": rel, "reason": f"{where}: no label"})
         elif label is None:
             skipped.append(
-                {"path": rel, "reason": f"{where}: {_unknown_label(row, rows, classes, classes_file)}"}
+                {"path": rel, "reason": f"{where}: {unknown_label(row, rows, classes, classes_file)}"}
             )
         elif not os.path.isfile(full):
             skipped.append({"path": rel, "reason": f"{where}: file not found under {root}"})
@@ -391,7 +324,7 @@ def _scan_multi_label(
     ``classes_file``), each sample labelled -1 with its class indices in the field "labels"."""
     parts = {id(row): _label_parts(row.label, separator) for row in rows}
     singles = [Row(r.line, r.path, part) for r in rows if not r.problem for part in parts[id(r)]]
-    classes, resolve = _label_resolver(singles, read_classes(Path(classes_file)) if classes_file else None)
+    classes, resolve = label_resolver(singles, read_classes(Path(classes_file)) if classes_file else None)
     schema = _select_fields(list_path, rows, wanted, none)
     out: list[RowsRow] = []
     skipped: list[dict[str, str]] = []

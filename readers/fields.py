@@ -286,8 +286,8 @@ def decode(
     """Stored JSON fields back as ``typed`` values; a broken document is a ChecksumError-like
     ImgpackError naming ``where``."""
     try:
-        values = json.loads(bytes(data)) if len(data) else {}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        values = parse_json(bytes(data)) if len(data) else {}
+    except (UnicodeDecodeError, ValueError) as exc:
         raise ImgpackError(f"{where}: stored fields are not JSON ({exc}); the dataset is corrupt") from None
     if not isinstance(values, dict):
         raise ImgpackError(f"{where}: stored fields are not a JSON object; the dataset is corrupt")

@@ -24,12 +24,13 @@ from packer.cli import main
 from packer.coco import scan_coco
 from packer.imagelist import scan_list
 from packer.rows import Row, pack_rows
+from packer.verify import verify_dataset
 from readers import make_loader, open_dataset, open_iterable
 from readers.errors import ImgpackError
+from readers.formats.registry import format_names
 from readers.manifest import read_manifest
 from tests.cocodata import draw_rectangles, rect_of
 
-FORMATS = ("lmdb", "hdf5", "tar", "tfrecord")
 DEEP = "[" * 2500 + "]" * 2500  # deeper than Python's JSON parser can go
 
 
@@ -80,7 +81,7 @@ def shard(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", format_names())
 def test_webdataset_samples_without_a_class_read_on_every_path(shard, tmp_path, fmt):
     out = tmp_path / "out"
     pack("webdataset", shard, "--to", fmt, "-o", out)
@@ -94,6 +95,7 @@ def test_webdataset_samples_without_a_class_read_on_every_path(shard, tmp_path, 
     assert "nested too deeply" in reasons["bad-deep"]
     for path, labels in read_labels(out).items():
         assert labels == [0, -1, -1, 1], path
+    assert verify_dataset(out).ok
 
 
 def test_a_webdataset_json_nested_past_the_field_limit_is_a_skip(tmp_path):
@@ -155,6 +157,19 @@ def test_a_caption_only_jsonl_packs_with_no_label_and_reads_everywhere(images, t
             iter(make_loader(open_iterable(out, crop=16, shuffle=False, fields=["caption"]), batch_size=3))
         )
         assert batch[1]["caption"] == ["Bild 0", "Bild 1", "Bild 2"]
+
+
+def test_a_csv_without_a_label_column_and_a_label_of_minus_one(images, tmp_path):
+    csv = tmp_path / "c.csv"
+    csv.write_text("path,caption\n" + "".join(f"{i:02d}.png,photo {i}\n" for i in range(3)))
+    scan = scan_list(csv, images, no_label=True)
+    assert [item.label for item in scan.items] == [-1] * 3 and scan.fields == {"caption": "str"}
+    labelled = tmp_path / "l.csv"
+    labelled.write_text("path,label\n00.png,cat\n01.png,-1\n02.png,dog\n")
+    scan = scan_list(labelled, images)
+    assert scan.classes == ["cat", "dog"] and [item.label for item in scan.items] == [0, -1, 1]
+    with pytest.raises(ImgpackError, match="--no-label packs a list without a label column"):
+        scan_list(labelled, images, label_column="label", no_label=True)
 
 
 def test_a_tags_only_csv_packs_with_multi_label(images, tmp_path):
