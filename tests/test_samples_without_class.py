@@ -25,7 +25,7 @@ from packer.coco import scan_coco
 from packer.imagelist import scan_list
 from packer.rows import Row, pack_rows
 from packer.verify import verify_dataset
-from readers import make_loader, open_dataset, open_iterable
+from readers import make_loader, mix, open_dataset, open_iterable
 from readers.errors import ImgpackError
 from readers.formats.registry import format_names
 from readers.manifest import read_manifest
@@ -183,6 +183,15 @@ def test_a_tags_only_csv_packs_with_multi_label(images, tmp_path):
     assert ds.classes == ["cat", "dog", "tree"]
     assert [ds[i][1]["labels"].tolist() for i in range(2)] == [[2], [0, 1]]
     assert read_labels(out, ["labels"])["loader"] == [-1] * 6
+
+
+def test_mix_keeps_minus_one_as_no_class_whatever_the_offset(images, tmp_path):
+    labelled, captions = tmp_path / "labelled", tmp_path / "captions"
+    pack_rows([Row(f"{i:02d}.png", 0) for i in range(3)], images, ["a", "b"], labelled, "lmdb", workers=1)
+    rows = [Row(f"{i:02d}.png", -1, {"caption": f"c{i}"}) for i in range(3)]
+    pack_rows(rows, images, ["0"], captions, "tar", workers=1)
+    labels = [int(v) for _, t in mix([labelled, captions], batch_size=3, crop=16, seed=0) for v in t]
+    assert sorted(labels) == [-1, -1, -1, 0, 0, 0]  # not -1 + 2, which is class "b" of the mix
 
 
 # -- hostile values in a list are skips, never a traceback ----------------------------------------
