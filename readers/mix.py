@@ -173,12 +173,15 @@ class MixedIterable(RecordStream):
         return identity
 
     def split_labels(self, labels: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(dataset index, label within that dataset) of mixed ``labels`` (``labels="offset"``)."""
+        """(dataset index, label within that dataset) of mixed ``labels`` (``labels="offset"``);
+        a label of -1 (no class) does not say its dataset: (-1, -1) (``fields_per_dataset`` does)."""
         if self.labels != "offset":
             raise ValueError("split_labels needs labels='offset'; shared labels do not say their dataset")
         values = np.asarray(labels, dtype=np.int64)
         dataset = np.searchsorted(np.asarray(self.offsets), values, side="right") - 1
-        return dataset, values - np.asarray(self.offsets, dtype=np.int64)[dataset]
+        dataset[values < 0] = -1
+        within = values - np.asarray(self.offsets, dtype=np.int64)[np.maximum(dataset, 0)]
+        return dataset, np.where(values < 0, -1, within)
 
     def where(self) -> str:
         return f"the mix of {', '.join(self.paths)}"

@@ -190,8 +190,11 @@ def test_mix_keeps_minus_one_as_no_class_whatever_the_offset(images, tmp_path):
     pack_rows([Row(f"{i:02d}.png", 0) for i in range(3)], images, ["a", "b"], labelled, "lmdb", workers=1)
     rows = [Row(f"{i:02d}.png", -1, {"caption": f"c{i}"}) for i in range(3)]
     pack_rows(rows, images, ["0"], captions, "tar", workers=1)
-    labels = [int(v) for _, t in mix([labelled, captions], batch_size=3, crop=16, seed=0) for v in t]
+    mixed = mix([labelled, captions], batch_size=3, crop=16, seed=0)
+    labels = [int(v) for _, t in mixed for v in t]
     assert sorted(labels) == [-1, -1, -1, 0, 0, 0]  # not -1 + 2, which is class "b" of the mix
+    dataset, within = mixed.split_labels(np.array([0, 1, 2, -1]))
+    assert dataset.tolist() == [0, 0, 1, -1] and within.tolist() == [0, 1, 0, -1]
 
 
 # -- hostile values in a list are skips, never a traceback ----------------------------------------
