@@ -96,3 +96,19 @@ def test_the_typed_stub_matches_the_extension():
     decode_args = functions["decode"].args.posonlyargs
     with pytest.raises(TypeError):  # one argument more than the stub declares is refused
         jpegwindow._jpegwindow.decode(*([0] * (len(decode_args) + 1)))
+
+
+def decoder_is_off() -> bool:
+    from readers import jpegwindow as loaded  # noqa: PLC0415 - imported in the spawned child
+
+    return loaded.DECODER is None
+
+
+def test_benchmarks_switch_the_decoder_by_environment_not_by_a_module_global():
+    from packer.bench.harness import run_isolated  # noqa: PLC0415
+
+    before = os.environ.get("IMGPACK_JPEG_WINDOW")
+    assert run_isolated(decoder_is_off, env={"IMGPACK_JPEG_WINDOW": "0"}) is True
+    assert run_isolated(decoder_is_off) is False
+    assert os.environ.get("IMGPACK_JPEG_WINDOW") == before
+    assert jpegwindow.DECODER is not None
