@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from packer.box_geometry import label_of_categories
 from packer.rows import Row, scan_rows
 from packer.source import SourceScan
 from readers.boxes import clip_boxes
@@ -162,8 +163,7 @@ def _row(scan: CocoScan, image: Mapping[str, Any], found: list, where: str) -> R
         clipped_boxes, kept, clipped = clip_boxes(np.array(boxes, np.float32), size)  # type: ignore[arg-type]
         boxes, scan.clipped = clipped_boxes.tolist(), scan.clipped + clipped
         categories, crowd = [categories[i] for i in kept.tolist()], [crowd[i] for i in kept.tolist()]
-    distinct = set(categories)
-    label = distinct.pop() if len(distinct) == 1 else -1
+    label = label_of_categories(categories)
     fields = {
         "boxes": boxes,
         "categories": categories,
