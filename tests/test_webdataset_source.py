@@ -153,3 +153,18 @@ def test_the_same_shard_twice_is_one_clear_line(shards, tmp_path):
     args = ["webdataset", str(shards[0]), str(shards[0]), "--to", "lmdb", "-o", str(tmp_path / "o")]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1 and "given twice" in result.output
+
+
+def test_a_member_kind_twice_in_a_folder_tree_is_a_skip(tmp_path):
+    """``x.jpg`` beside ``x.JPG`` are both the image of sample x: neither is silently dropped."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name, data in [("x.jpg", jpeg(10)), ("x.JPG", jpeg(90)), ("x.cls", b"0"), ("y.jpg", jpeg(5))]:
+        (tree / name).write_bytes(data)
+    out = tmp_path / "out.lmdb"
+    result = CliRunner().invoke(main, ["webdataset", str(tree), "--to", "lmdb", "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["num_samples"] == 1
+    (skip,) = manifest["skipped"]
+    assert "are both .jpg" in skip["reason"] and "sample x" in skip["reason"]
