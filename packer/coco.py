@@ -123,7 +123,7 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
     boxes_of: dict[Any, list[tuple[list[float], int, int]]] = {}
     for number, ann in enumerate(data["annotations"]):
         where = f"{path.name} annotations[{number}]"
-        if isinstance(ann, dict) and _is_id(ann.get("image_id")) and ann["image_id"] in shared:
+        if isinstance(ann, dict) and _among(ann.get("image_id"), shared):
             shared[ann["image_id"]] += 1  # its image is skipped: the reason counts its annotations
             continue
         problem = _annotation_problem(ann, images, index_of)
@@ -155,6 +155,14 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
 def _is_id(value: Any) -> bool:
     """Whether ``value`` can be a COCO id: JSON's true/false cannot (Python counts true as 1)."""
     return not isinstance(value, bool)
+
+
+def _among(value: Any, ids: Mapping[Any, Any]) -> bool:
+    """Whether ``value`` is an id of ``ids`` (never for true/false, nor a list or an object)."""
+    try:
+        return _is_id(value) and value in ids
+    except TypeError:  # unhashable: not an id (the annotation's own check says so)
+        return False
 
 
 def _check_category_ids(path: Path, categories: list[dict[str, Any]]) -> None:
