@@ -251,7 +251,7 @@ def test_coco_deep_json_and_unhashable_ids_are_one_line_or_a_skip(tmp_path):
     with pytest.raises(ImgpackError, match="deep.json: not a COCO annotation file .*nested too deeply"):
         scan_coco(deep)
     bad_image = coco_file(tmp_path / "a.json", [{"id": [1], "file_name": "00.png"}], [])
-    with pytest.raises(ImgpackError, match=r"a.json: .*images\[0\] has id \[1\], not a number or text"):
+    with pytest.raises(ImgpackError, match=r"a.json: no image to pack .*images\[0\]: id \[1\] is not an"):
         scan_coco(bad_image)
     image = {"id": 1, "file_name": "00.png", "height": 60, "width": 80}
     anns = [{"image_id": {"x": 1}, "bbox": [1, 1, 5, 5], "category_id": 1},
@@ -259,8 +259,8 @@ def test_coco_deep_json_and_unhashable_ids_are_one_line_or_a_skip(tmp_path):
             {"image_id": 1, "bbox": [1, 1, 5, 5], "category_id": 1}]  # fmt: skip
     scan = scan_coco(coco_file(tmp_path / "b.json", [image], anns))
     assert [s["reason"] for s in scan.skipped] == [
-        'b.json annotations[0]: image_id {"x": 1} is not a number or text',
-        "b.json annotations[1]: category_id [1] is not a number or text",
+        'b.json annotations[0]: image_id {"x": 1} is not an id (a number or a text; true/false is not one)',
+        "b.json annotations[1]: category_id [1] is not an id (a number or a text; true/false is not one)",
     ]
     assert scan.rows[0].fields["boxes"] == [[1.0, 1.0, 5.0, 5.0]]
 
