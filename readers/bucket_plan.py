@@ -16,6 +16,7 @@ import numpy as np
 from readers.bucket_order import BucketOrder, bucket_groups
 from readers.buckets import Buckets, kept_fraction, square_kept_fraction
 from readers.order import OrderSpec
+from readers.resume import ResumeError
 
 SCAN_BLOCK = 1024
 
@@ -69,3 +70,14 @@ def bucket_identity(spec: Any, order: OrderSpec) -> dict[str, str]:
     if spec.buckets is None or not isinstance(order, BucketOrder):
         return {}
     return {"buckets": spec.buckets.key(order.group)}
+
+
+def check_bucket_state(state: Any, mine: dict[str, str], where: str) -> None:
+    """Refuse, before the order's own checks, a state of another bucket plan (or none), naming the fix."""
+    if not isinstance(state, dict) or state.get("buckets") == mine.get("buckets"):
+        return
+    raise ResumeError(
+        f"cannot resume {where}: the state was saved with buckets {state.get('buckets')!r} but this "
+        f"stream reads buckets {mine.get('buckets')!r}; pass the same buckets (a run that changes its "
+        "world size needs the same group=, e.g. AspectBuckets(..., group=8) for 1, 2, 4 or 8 ranks)"
+    )

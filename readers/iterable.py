@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.bucket_plan import bucket_identity, bucket_order, sample_sizes
+from readers.bucket_plan import bucket_identity, bucket_order, check_bucket_state, sample_sizes
 from readers.formats import open_reader
 from readers.quality import warn_if_poorly_mixed
 from readers.record import Record
@@ -68,6 +68,10 @@ class PackedIterable(RecordStream):
 
     def where(self) -> str:
         return str(self.path)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_bucket_state(state, bucket_identity(self.spec, self.order), self.where())
+        super().load_state_dict(state)
 
     def _read(self, epoch: int, positions: np.ndarray) -> list[Record]:
         return self.reader.read_many(positions)
