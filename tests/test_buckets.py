@@ -228,6 +228,21 @@ def test_pack_info_prints_the_bucket_histogram(aspects):
     assert plan["kept"] > plan["kept_square"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, workers", [("batch", 2), ("sample", 2)])
+def test_kill_and_resume_trains_on_the_uninterrupted_batches(aspects, tmp_path, mode, workers):
+    """kill -9 mid-epoch, at an epoch's first batch and right after a resume (tests/train_script.py)."""
+    from tests.test_resume import train
+
+    options = ("--mode", mode, "--buckets", "1024,8")
+    (reference,) = train(aspects, tmp_path / "ref", *options)
+    per_epoch = len(reference) // 2
+    killed = ("--workers", str(workers), "--persistent")
+    (resumed,) = train(aspects, tmp_path / "killed", *options, *killed, kill_at=(3, per_epoch, per_epoch + 1))
+    assert resumed == reference
+    assert len({len(step) for step in reference}) == 1  # whole batches of 4 (+ the epoch) throughout
+
+
 WORLD = 2
 
 
