@@ -71,7 +71,7 @@ class ReadSpec:
     pad_fields: bool = _option(False)  # variable-length fields of a batch as one padded tensor + counts
     min_visibility: float = _option(0.0)  # a box keeping less of its area after a crop is dropped
     # Batches at the images' own aspect ratios (readers/buckets.py, readers/bucket_order.py).
-    buckets: Any = _option(None, ("open_iterable",))
+    buckets: Any = _option(None, ("open_iterable", "dali_loader"))  # dali_loader: its DataLoader path
     reader_options: dict[str, Any] | None = _option(None)
     storage_options: dict[str, Any] | None = _option(None)
     cache_dir: str | os.PathLike | None = _option(None)

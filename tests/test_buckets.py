@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from click.testing import CliRunner
@@ -201,6 +202,20 @@ def test_boxes_frame_the_drawn_rectangles_after_bucketing(coco_lmdb, random_offs
             compared += check_frames(images[i], sample)
         shapes += 1
     assert len(seen_shapes) >= 3 and compared >= 80
+
+
+def test_dali_fallback_gives_the_open_iterable_batches(aspects):
+    from readers import dali_loader
+
+    options = dict(batch_size=BATCH, buckets=BUCKETS, seed=7, flip=True)
+    loader = dali_loader(aspects, device="dataloader", num_workers=2, **options)
+    got = [(images.clone(), labels.clone()) for images, labels in loader]
+    want = list(make_loader(open_iterable(aspects, **options), num_workers=0))
+    assert len(got) == len(want) and len({tuple(i.shape[2:]) for i, _ in got}) > 1
+    for (a, la), (b, lb) in zip(got, want):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+    with pytest.raises(OptionError, match="device='dataloader'"):
+        dali_loader(aspects, device="cpu", **options)
 
 
 def test_bucket_options_are_checked_at_construction(aspects):
