@@ -317,8 +317,8 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-@click.option("--buckets", default=None, metavar="AREA[,MULTIPLE[,MAX_RATIO]]",
-              help="Also print the aspect-ratio bucket plan of AspectBuckets(AREA, MULTIPLE, MAX_RATIO).")
+@click.option("--buckets", default=None, metavar="SIDE[,MULTIPLE[,MAX_RATIO]]",
+              help="Also print the bucket plan of AspectBuckets(area=SIDE**2, multiple=..., max_ratio=...).")
 @click.option("--batch-size", default=64, show_default=True, help="Batch size of the --buckets plan.")
 @click.option("--world-size", default=1, show_default=True, help="Ranks of the --buckets plan.")
 @storage_options_option

@@ -235,7 +235,7 @@ def test_bucket_options_are_checked_at_construction(aspects):
 
 
 def test_pack_info_prints_the_bucket_histogram(aspects):
-    result = CliRunner().invoke(main, ["info", str(aspects), "--buckets", "1024,8", "--json"])
+    result = CliRunner().invoke(main, ["info", str(aspects), "--buckets", "32,8", "--json"])
     assert result.exit_code == 0, result.output
     plan = json.loads(result.output)["buckets"]
     n = sum(SHAPES.values())
@@ -256,6 +256,18 @@ def test_kill_and_resume_trains_on_the_uninterrupted_batches(aspects, tmp_path, 
     (resumed,) = train(aspects, tmp_path / "killed", *options, *killed, kill_at=(3, per_epoch, per_epoch + 1))
     assert resumed == reference
     assert len({len(step) for step in reference}) == 1  # whole batches of 4 (+ the epoch) throughout
+
+
+def test_pack_show_draws_a_sheet_per_bucket(aspects, tmp_path):
+    args = ["show", str(aspects), "-o", str(tmp_path / "s.png"), "--buckets", "32,8"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    written = sorted(p.name for p in tmp_path.glob("s-*.png"))
+    buckets = {expected_bucket(i) for i in range(sum(SHAPES.values()))}
+    assert written == sorted(f"s-{h}x{w}.png" for h, w in buckets)
+    h, w = (int(v) for v in written[0][2:-4].split("x"))
+    sheet = Image.open(tmp_path / written[0])
+    assert sheet.height % 128 == 0 and sheet.width % round(128 * w / h) == 0  # tiles keep the bucket's ratio
 
 
 WORLD = 2
