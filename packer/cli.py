@@ -317,9 +317,15 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+@click.option("--buckets", default=None, metavar="SIDE[,MULTIPLE[,MAX_RATIO]]",
+              help="Also print the bucket plan of AspectBuckets(area=SIDE**2, multiple=..., max_ratio=...).")
+@click.option("--batch-size", default=64, show_default=True, help="Batch size of the --buckets plan.")
+@click.option("--world-size", default=1, show_default=True, help="Ranks of the --buckets plan.")
 @storage_options_option
-def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
+def info(dataset: str, as_json: bool, buckets: str | None, batch_size: int, world_size: int,
+         storage_options: dict[str, Any]) -> None:  # fmt: skip
     """Describe the packed DATASET (a directory or URL)."""
+    from packer.bucket_info import bucket_plan, describe_plan
     from packer.order_info import read_quality
     from readers.manifest import read_manifest
     from readers.remote import is_url
@@ -327,10 +333,14 @@ def info(dataset: str, as_json: bool, storage_options: dict[str, Any]) -> None:
     manifest = read_manifest(dataset, storage_options or None)
     problem = None if is_url(dataset) else parts_problem(dataset)
     quality = None if problem else read_quality(dataset, storage_options=storage_options or None)
+    plan = bucket_plan(dataset, buckets, batch_size, world_size) if buckets and not problem else None
     if as_json:
-        emit_json({**asdict(manifest), "read_quality": quality.to_dict() if quality else None})
+        emit_json({**asdict(manifest), "read_quality": quality.to_dict() if quality else None,
+                   **({"buckets": plan} if plan else {})})  # fmt: skip
     else:
         click.echo(describe_manifest(dataset, manifest, quality))
+        if plan:
+            click.echo("\n".join(describe_plan(plan)))
     if problem:
         click.echo(f"problem: {problem} (a full check: pack verify {dataset})", err=True)
         sys.exit(1)

@@ -16,9 +16,18 @@ import click
 @click.option(
     "--cell", type=click.IntRange(min=16), default=128, show_default=True, help="Cell size in pixels."
 )
-def show(dataset: str, out: str, count: int, classes: str, seed: int, cell: int) -> None:
+@click.option("--buckets", default=None, metavar="SIDE[,MULTIPLE[,MAX_RATIO]]",
+              help="One sheet per aspect-ratio bucket (OUT-HxW.png), as the bucketed read returns them.")
+def show(dataset: str, out: str, count: int, classes: str, seed: int, cell: int, buckets: str | None) -> None:
     """Write a contact sheet of random samples of DATASET, captioned with their class names."""
     from packer.show import save_contact_sheet
+
+    if buckets:
+        from packer.bucket_info import save_bucket_sheets
+
+        for path in save_bucket_sheets(dataset, out, buckets, n=count, cell=cell):
+            click.echo(path)
+        return
 
     wanted = [c.strip() for c in classes.split(",") if c.strip()]
     chosen = save_contact_sheet(dataset, out, n=count, classes=wanted, seed=seed, cell=cell)

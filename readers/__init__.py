@@ -17,6 +17,8 @@ _EXPORTS = {
     "DeterministicSampler": "readers.dataset",
     "open_iterable": "readers.iterable",
     "RandomResizedCrop": "readers.geometry",
+    "AspectBuckets": "readers.buckets",
+    "BucketList": "readers.buckets",
     "PackedIterable": "readers.iterable",
     "ReadSpec": "readers.spec",
     "OptionError": "readers.errors",

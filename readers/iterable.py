@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.bucket_plan import bucket_identity, bucket_order, check_bucket_state, sample_sizes
 from readers.formats import open_reader
 from readers.quality import warn_if_poorly_mixed
 from readers.record import Record
@@ -52,6 +53,9 @@ class PackedIterable(RecordStream):
         self.reader = open_reader(path, **spec.open_options)
         spec.check_stored(str(path), self.reader.manifest.stored_sizes)
         order = spec.order_of(len(self.reader))
+        if spec.buckets is not None:  # each sample's bucket, from its stored size
+            batch = spec.batch_size or spec.loader_batch_size or 1
+            order = bucket_order(spec.buckets, sample_sizes(self.reader), order, batch)
         self.setup(spec, order)
         warn_if_poorly_mixed(str(path), self.reader, self.order, self.batch_size)
 
@@ -60,10 +64,14 @@ class PackedIterable(RecordStream):
         return list(self.reader.manifest.classes)
 
     def identity(self) -> dict[str, Any]:
-        return {"dataset": self.reader.manifest.sample_identity()}
+        return {"dataset": self.reader.manifest.sample_identity(), **bucket_identity(self.spec, self.order)}
 
     def where(self) -> str:
         return str(self.path)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_bucket_state(state, bucket_identity(self.spec, self.order), self.where())
+        super().load_state_dict(state)
 
     def _read(self, epoch: int, positions: np.ndarray) -> list[Record]:
         return self.reader.read_many(positions)

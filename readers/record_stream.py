@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from readers.batch import BatchAssembler
+from readers.bucket_batch import BucketAssembler
 from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
 from readers.fields import as_tensors
@@ -54,6 +55,9 @@ class RecordStream(EpochStream):
             spec.flip,
             spec.seed,
         )
+        if spec.buckets is not None:
+            self.assembler = BucketAssembler(spec.buckets, spec.layout, spec.decode_threads, spec.fast_dct,
+                                             spec.dct_scaling, float(spec.flip), spec.seed)  # fmt: skip
         self.fields = field_plan(spec, self.field_schemas(), self.where_fields(), self.dataset_names())
         self.order = order
         self.set_loader_batch_size(spec.loader_batch_size)

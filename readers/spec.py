@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from readers.buckets import checked_buckets
 from readers.decode import check_decode_kind
 from readers.errors import OptionError
 from readers.geometry import RandomResizedCrop, as_pair, crop_fits, flip_probability
@@ -69,6 +70,8 @@ class ReadSpec:
     fields_per_dataset: tuple[tuple[str, ...], ...] | None = _option(None, ("mix",))
     pad_fields: bool = _option(False)  # variable-length fields of a batch as one padded tensor + counts
     min_visibility: float = _option(0.0)  # a box keeping less of its area after a crop is dropped
+    # Batches at the images' own aspect ratios (readers/buckets.py, readers/bucket_order.py).
+    buckets: Any = _option(None, ("open_iterable", "dali_loader"))  # dali_loader: its DataLoader path
     reader_options: dict[str, Any] | None = _option(None)
     storage_options: dict[str, Any] | None = _option(None)
     cache_dir: str | os.PathLike | None = _option(None)
@@ -102,6 +105,8 @@ class ReadSpec:
                 "pad_last=True fills a short last batch, which drop_last=True leaves out: pass one"
             )
         self._check_fields()
+        if self.buckets is not None:
+            set_(self, "buckets", checked_buckets(self.buckets, self))
         self._check_mode()
         # One dict for the format reader: reader_options plus the remote options given directly.
         remote = {
@@ -211,7 +216,7 @@ class ReadSpec:
     @property
     def geometric(self) -> bool:
         """True when images go through the batch geometry (crop, resize or a flip)."""
-        return self.crop is not None or self.resize is not None or bool(self.flip)
+        return self.crop is not None or self.resize is not None or bool(self.flip) or self.buckets is not None
 
     @property
     def random_crop(self) -> RandomResizedCrop | None:
@@ -225,7 +230,9 @@ class ReadSpec:
             return
         low = (stored["min_height"], stored["min_width"])
         high = (stored["max_height"], stored["max_width"])
-        if self.batch_size is not None and self.resize is None and self.crop is None and low != high:
+        if self.batch_size is not None and self.resize is None and self.crop is None and low != high and (
+            self.buckets is None
+        ):
             raise OptionError(
                 f"{where}: a batch needs images of one size, but the stored images range from "
                 f"{low[0]}x{low[1]} to {high[0]}x{high[1]} (height x width, see `pack info`); pass "

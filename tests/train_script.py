@@ -2,6 +2,7 @@
 
     python tests/train_script.py DATASET OUT --mode batch|sample --workers 2 --persistent
         --epochs 2 --kill-at 5 11 [--world 2] [--resume-from rank0.pt] [--auto-epoch]
+        [--buckets AREA,MULTIPLE[,GROUP]]
 
 Each step records the identity (sha1 of the pixels) of every sample it trained on; the checkpoint
 (model, optimiser, loader state, step, the record so far) is written atomically after the step.
@@ -26,7 +27,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from readers import make_loader, open_iterable  # noqa: E402
+from readers import AspectBuckets, make_loader, open_iterable  # noqa: E402
 
 BATCH = 4
 
@@ -41,12 +42,15 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
             "gloo", init_method=f"file://{args.out}/store-{args.attempt}", rank=rank, world_size=args.world
         )
     ckpt_path = Path(args.out) / f"rank{rank}.pt"
-    batch_options = {"batch_size": BATCH} if args.mode == "batch" else {}
+    batch_options: dict = {"batch_size": BATCH} if args.mode == "batch" else {}
+    if args.buckets:  # AREA,MULTIPLE[,GROUP]: a bucketed read (readers/buckets.py)
+        area, multiple, *group = (int(v) for v in args.buckets.split(","))
+        batch_options["buckets"] = AspectBuckets(area=area, multiple=multiple, group=(group or [None])[0])
     it = open_iterable(args.dataset, seed=3, block_size=4, buffer_size=16, **batch_options)
     loader_options = {} if args.mode == "batch" else {"batch_size": BATCH}
     persistent = args.persistent and args.workers > 0
     loader = make_loader(it, num_workers=args.workers, persistent_workers=persistent, **loader_options)
-    model = torch.nn.Linear(3, 5)
+    model = torch.nn.Linear(3, max(5, len(it.classes)))
     optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
     step, record, first_epoch = 0, [], 0
     source = Path(args.resume_from) if args.resume_from else ckpt_path
@@ -104,6 +108,7 @@ def main() -> None:
     parser.add_argument("--resume-from", default=None)
     parser.add_argument("--attempt", type=int, default=0)
     parser.add_argument("--auto-epoch", action="store_true")
+    parser.add_argument("--buckets", default=None)
     args = parser.parse_args()
     os.environ.pop("RANK", None)
     os.environ.pop("WORLD_SIZE", None)

@@ -401,6 +401,11 @@ def dali_loader(
     if (mean is None) != (std is None):
         raise OptionError("pass mean and std together (pixel units, one value per channel)")
     chosen = select_path(device)
+    if spec.buckets is not None and chosen != "dataloader":
+        raise OptionError(
+            f"buckets= runs on dali_loader's DataLoader path, not in DALI ({chosen}): pass "
+            "device='dataloader'"
+        )
     if chosen == "dataloader" and device == "auto":
         _notice(chosen, f"NVIDIA DALI is not installed; {INSTALL_HINT} for GPU decoding", logging.WARNING)
     else:

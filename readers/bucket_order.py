@@ -1,0 +1,133 @@
+"""The order of a bucketed read: the epoch's samples as batches of one bucket each.
+
+A pure function of (seed, epoch, the dataset's bucket of each sample, batch size, group,
+leftover rule), built from the epoch's sample order (``readers.order.global_order``):
+
+1. each bucket takes its samples in the epoch's order and cuts them into *groups* of
+   ``group x batch`` samples: ``group`` batches of that bucket in a row (default: the world size,
+   so the ranks, dealt whole batches in rounds by ``readers.order``, read one bucket at each step);
+2. a bucket's last, short group is filled with the bucket's own first samples of the epoch
+   (``leftover="pad"``, the default: every sample at least once, each batch full) or left out
+   (``leftover="drop"``: every sample at most once; another set each epoch, as the order changes);
+3. the groups of all buckets are interleaved so each bucket is spread over the epoch: group j
+   of a bucket with k groups sits at (j + u) / k, u drawn per bucket and epoch (0.5 without
+   shuffle), ties by bucket.
+
+The result is a permutation-with-padding of the samples whose ``batch``-aligned spans are
+batches, so ``BucketOrder`` is an ``OrderSpec`` of that length and every rank, worker and
+resume rule of readers/order.py and readers/resume.py applies unchanged: a position is a
+position in this schedule. A resume with another world size needs the same ``group`` (pass
+``group=`` when a run may change its world size: any world size dividing it works).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from readers.errors import OptionError
+from readers.order import OrderSpec, global_order, rank_order
+
+BUCKET_STREAM = 0x4255434B  # "BUCK": the spread's draws apart from the epoch's order
+
+
+def bucket_groups(counts: np.ndarray, group_size: int, leftover: str) -> np.ndarray:
+    """Groups of ``group_size`` samples each bucket forms in an epoch (the leftover rule applied)."""
+    if leftover == "drop":
+        return counts // group_size
+    return -(-counts // group_size)
+
+
+def bucket_schedule(
+    bucket_ids: np.ndarray,
+    num_buckets: int,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    block_size: int,
+    buffer_size: int,
+    group_size: int,
+    leftover: str,
+) -> np.ndarray:
+    """Sample indices of one epoch, in the order read: ``group_size`` runs of one bucket each."""
+    n = len(bucket_ids)
+    base = global_order(
+        n, seed=seed, epoch=epoch, shuffle=shuffle, block_size=block_size, buffer_size=buffer_size
+    )
+    of_base = bucket_ids[base]
+    # each bucket's samples in the epoch's order (stable sort keeps that order inside a bucket)
+    by_bucket = base[np.argsort(of_base, kind="stable")]
+    counts = np.bincount(bucket_ids, minlength=num_buckets)
+    groups = bucket_groups(counts, group_size, leftover)
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, n, BUCKET_STREAM])
+    shift = rng.random(num_buckets) if shuffle else np.full(num_buckets, 0.5)
+    pieces: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+    start = 0
+    for b in range(num_buckets):
+        mine = by_bucket[start : start + counts[b]]
+        start += counts[b]
+        k = int(groups[b])
+        if not k:
+            continue
+        pieces.append(np.resize(mine, k * group_size).reshape(k, group_size))
+        keys.append((np.arange(k) + shift[b]) / k)
+    if not pieces:
+        return np.zeros(0, dtype=np.int64)
+    all_groups = np.concatenate(pieces)
+    key = np.concatenate(keys)
+    owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(pieces)])
+    return all_groups[np.lexsort((owner, key))].reshape(-1).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class BucketOrder(OrderSpec):
+    """An ``OrderSpec`` over the bucketed schedule: ``num_samples`` is the schedule's length.
+
+    ``bucket_ids``: each sample's bucket; ``group``: batches of one bucket in a row; ``unit``
+    is the batch size (the schedule is rebuilt for the unit a loader sets)."""
+
+    bucket_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)
+    num_buckets: int = 1
+    group: int = 1
+    leftover: str = "pad"
+
+    def __post_init__(self) -> None:
+        if self.group % self.world_size:
+            raise OptionError(
+                f"buckets group={self.group} is not a multiple of world_size={self.world_size}: each "
+                "step of every rank must read one bucket; pass group=<a multiple of the world size>"
+            )
+        counts = self.counts
+        length = int(bucket_groups(counts, self.group_size, self.leftover).sum()) * self.group_size
+        object.__setattr__(self, "num_samples", length)
+
+    @property
+    def dataset_size(self) -> int:
+        return len(self.bucket_ids)
+
+    @property
+    def group_size(self) -> int:
+        return self.group * self.unit
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.bucket_ids, minlength=self.num_buckets)
+
+    def schedule(self, epoch: int) -> np.ndarray:
+        return bucket_schedule(
+            self.bucket_ids, self.num_buckets, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+            block_size=self.block_size, buffer_size=self.buffer_size, group_size=self.group_size,
+            leftover=self.leftover,
+        )  # fmt: skip
+
+    def epoch_order(self, epoch: int, start: int = 0) -> np.ndarray:
+        schedule = self.schedule(epoch)
+        return rank_order(schedule, self.rank, self.world_size, self.drop_last, unit=self.unit, start=start)
+
+    @property
+    def leftovers(self) -> int:
+        """Samples padded (``pad``: repeats) or dropped (``drop``) per epoch."""
+        return abs(self.num_samples - self.dataset_size)
