@@ -31,6 +31,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from readers.resume import ResumeError, ResumePoint, advance, check_worker_states, loader_workers
 from readers.stream import EpochStream
+from readers.targets import detection_collate
 
 STATE_KEY = "imgpack"
 
@@ -144,7 +145,8 @@ def make_loader(
     ``batch_size`` is only for the per-sample path (``open_iterable`` without ``batch_size``);
     other keyword arguments go to the DataLoader (``pin_memory``, ``persistent_workers``,
     ``prefetch_factor``, ``worker_init_fn``, ``collate_fn``...). On the whole-batch path with
-    workers, ``prefetch_factor`` defaults to ``WHOLE_BATCH_PREFETCH``.
+    workers, ``prefetch_factor`` defaults to ``WHOLE_BATCH_PREFETCH``; on the per-sample path with
+    ``target=`` the collate is ``readers.targets.detection_collate`` (lists of images and targets).
     """
     if not isinstance(dataset, EpochStream):
         kind = type(dataset).__name__
@@ -159,6 +161,8 @@ def make_loader(
             loader_options.setdefault("prefetch_factor", WHOLE_BATCH_PREFETCH)
     else:
         dataset.set_loader_batch_size(batch_size)
+        if getattr(getattr(dataset, "spec", None), "target", None) is not None and batch_size is not None:
+            loader_options.setdefault("collate_fn", detection_collate)  # lists: images differ in size
     if loader_options.get("drop_last"):
         raise ValueError("pass drop_last= to open_iterable: it decides for every rank at once")
     return PackedLoader(dataset, batch_size=batch_size, num_workers=num_workers, **loader_options)
