@@ -13,6 +13,7 @@ from packer.preprocess import PackedSample, PreprocessSpec, target_size
 from readers.boxes import SampleGeometry, geometry_for_resize_crop, identity_geometry, transform_boxes
 from readers.fields import encode
 from readers.geometry import centre_window
+from readers.masks import SEGMENTATION, refit_segmentations
 
 
 def pack_geometry(original_size: tuple[int, int], spec: PreprocessSpec) -> SampleGeometry:
@@ -44,6 +45,8 @@ def refit_fields(
     for other, kind in schema.items():
         if kind == "box_ints" and other in out:
             out[other] = [out[other][i] for i in kept.tolist()]
+    if isinstance(out.get(SEGMENTATION), list):  # per box, like the box_ints, and moved with the pixels
+        out[SEGMENTATION] = refit_segmentations([out[SEGMENTATION][i] for i in kept.tolist()], geometry)
     return out
 
 
