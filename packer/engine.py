@@ -283,7 +283,7 @@ def pack_folder(
 
         check_remote_format(fmt, str(out))
     scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
-    writer = writer.with_fields(scan.fields)
+    writer = writer.with_fields(scan.fields, scan.classes)
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = PackJob(scan, fmt, writer.spec, options, workers, engine, on_error, resume, quiet, ray_address,

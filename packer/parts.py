@@ -84,6 +84,7 @@ def write_part(
     gap where a file was skipped); ``extra`` records ``first`` and the part positions skipped."""
     part_writer = writer.open_part(part)
     part_writer.fields = writer.fields  # the schema of the fields its samples carry
+    part_writer.classes = writer.classes
     skipped: list[dict[str, str]] = []
     skipped_at: list[int] = []
     sizes = SizeTally()
