@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.boxes import SampleGeometry, identity_geometry, transform_boxes
+from readers.boxes import GeometryRecord, SampleGeometry, identity_geometry, transform_boxes
 from readers.errors import OptionError
 from readers.fields import as_tensors
 from readers.masks import SEGMENTATION, masks_for
@@ -211,3 +211,20 @@ def detection_collate(batch: Sequence[tuple[Any, Any]]) -> tuple[list[Any], list
     shape torchvision's detection models take (``make_loader`` uses it)."""
     images, targets = zip(*batch) if batch else ((), ())
     return list(images), list(targets)
+
+
+def _keep_records(batch: Sequence[Any], *, collate_fn_map: Any = None) -> list[Any]:
+    return list(batch)
+
+
+def _register() -> None:
+    """A batch of geometry records is a list of them in torch's default collate (its documented
+    extension point), as on the batch path; it runs on import, in workers too."""
+    try:
+        from torch.utils.data._utils.collate import default_collate_fn_map
+    except ImportError:  # pragma: no cover - a torch without the registry
+        return
+    default_collate_fn_map[GeometryRecord] = _keep_records
+
+
+_register()
