@@ -7,7 +7,7 @@ DEMO_OUT ?= demo_out
 
 .PHONY: venv demo test lint clean
 
-$(STAMP): pyproject.toml constraints.txt setup.py csrc/jpegwindow.c csrc/restart_rows.c csrc/restart_rows.h
+$(STAMP): pyproject.toml constraints.txt setup.py csrc/jpegwindow.c
 	test -x $(PY) || python3 -m venv $(VENV)
 	# torch first, alone: pip then takes the local CPU build instead of a multi-GB CUDA one.
 	$(PIP) install -q -c constraints.txt torch

@@ -12,7 +12,7 @@ setup(
     ext_modules=[
         Extension(
             "readers._jpegwindow",
-            ["csrc/jpegwindow.c", "csrc/restart_rows.c"],
+            ["csrc/jpegwindow.c"],
             include_dirs=["csrc/libjpeg-turbo"],
             libraries=["dl"] if sys.platform.startswith("linux") else [],
             extra_compile_args=["-O2"],

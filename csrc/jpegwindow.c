@@ -1,6 +1,4 @@
-/* Decode only a window of a JPEG: libjpeg-turbo's jpeg_crop_scanline + jpeg_skip_scanlines, and,
- * when the JPEG has restart markers at MCU row starts, entropy decoding from the marker above the
- * window (restart_rows.c) instead of skipping the rows above it.
+/* Decode only a window of a JPEG: libjpeg-turbo's jpeg_crop_scanline + jpeg_skip_scanlines.
  *
  * The library is not linked: load(path) dlopens a libjpeg-turbo that is already on the machine
  * (Pillow's wheel bundles one, see readers/jpegwindow.py) and looks up the few entry points used
@@ -9,14 +7,12 @@
  * library's ABI version and struct size against these headers, so a mismatched library fails
  * with an error instead of corrupting memory.
  *
- * decode(data, out, top, left, height, width, eighths, gray, fast_dct[, from_restart_marker])
- * decodes the rows
+ * decode(data, out, top, left, height, width, eighths, gray, fast_dct) decodes the rows
  * [top, top + height) and at least the columns [left, left + width) of the image scaled by
  * eighths/8 into the C-contiguous buffer `out`, one row of `row_width * channels` bytes after the
- * other, and returns (row_width, skip, image_height, image_width, skipped_rows): the window
- * starts `skip` columns into each row (the library widens the crop to whole iMCU columns), and
- * the first `skipped_rows` full-size rows were not read at all (0 unless decoding started at a
- * restart marker; from_restart_marker=False never does). It returns None
+ * other, and returns (row_width, skip, image_height, image_width): the window
+ * starts `skip` columns into each row (the library widens the crop to whole iMCU columns). It
+ * returns None
  * when the library cannot give exactly these pixels (CMYK/YCCK, a warning such as a truncated
  * file, a window outside the image, more than MEMORY_LIMIT of decoder memory) or the data is
  * corrupt: the caller then decodes the whole image another way, and its decoders report any
@@ -29,7 +25,6 @@
 #include <stdio.h>
 
 #include "jpeglib.h"
-#include "restart_rows.h"
 
 #define ENTRY(name) static __typeof__(name) *p_##name
 ENTRY(jpeg_std_error);
@@ -101,7 +96,6 @@ struct request {
     int gray, fast_dct;
     /* results */
     unsigned int row_width, skip, image_height, image_width;
-    unsigned int skipped_rows; /* full-size rows above the window not even entropy-decoded */
 };
 
 /* Whether libjpeg will smooth blocks: a progressive JPEG whose scans left some low-frequency
@@ -120,12 +114,12 @@ static int smooths_blocks(const struct jpeg_decompress_struct *cinfo) {
     return 0;
 }
 
-/* Decodes r's window from the JPEG `data` whose first row is the image's full-size row
- * `skipped_rows` (0: the original; else a jpeg_from_row JPEG). */
-static enum outcome decode_rows(struct request *r, struct error_manager *err, const unsigned char *data,
-                                unsigned long size, unsigned int skipped_rows) {
+/* Decodes r's window, skipping the rows above it with the library (they are still entropy-
+ * decoded: each block's DC coefficient is coded against the previous one's). */
+static enum outcome decode_rows(struct request *r) {
+    struct error_manager err_manager, *err = &err_manager;
     struct jpeg_decompress_struct cinfo;
-    unsigned int top = r->top - skipped_rows * r->eighths / 8;
+    unsigned int top = r->top;
     /* Every row of the window handed to the library at once rather than one per call (measured:
      * random windows of 256 px JPEGs 1.03x faster, median of 8 alternating rounds). */
     JSAMPROW *rows = malloc((size_t)(r->height ? r->height : 1) * sizeof(JSAMPROW));
@@ -140,9 +134,9 @@ static enum outcome decode_rows(struct request *r, struct error_manager *err, co
     }
     p_jpeg_CreateDecompress(&cinfo, JPEG_LIB_VERSION, sizeof(cinfo));
     cinfo.mem->max_memory_to_use = MEMORY_LIMIT;
-    p_jpeg_mem_src(&cinfo, data, size);
+    p_jpeg_mem_src(&cinfo, r->data, r->size);
     p_jpeg_read_header(&cinfo, TRUE);
-    r->image_height = cinfo.image_height + skipped_rows;
+    r->image_height = cinfo.image_height;
     r->image_width = cinfo.image_width;
     if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
         p_jpeg_destroy_decompress(&cinfo);
@@ -191,34 +185,17 @@ static enum outcome decode_rows(struct request *r, struct error_manager *err, co
     return complete ? DECODED : REFUSED;
 }
 
-/* From the restart marker above the window when the JPEG has them (restart_rows.c), else (or
- * when that JPEG is refused) from the first row, skipping the rows above with the library. */
-static enum outcome run(struct request *r, int from_restart_marker) {
-    struct error_manager err;
-    struct jpeg_rows rows = {NULL, 0, 0};
-    if (from_restart_marker && r->top > 0) jpeg_from_row(r->data, r->size, r->top * 8 / r->eighths, &rows);
-    if (rows.data != NULL) {
-        enum outcome outcome = decode_rows(r, &err, rows.data, (unsigned long)rows.size, rows.skipped_rows);
-        free(rows.data);
-        r->skipped_rows = rows.skipped_rows;
-        if (outcome == DECODED) return DECODED;
-    }
-    r->skipped_rows = 0; /* the built JPEG was refused (or none could be built): the original */
-    return decode_rows(r, &err, r->data, r->size, 0);
-}
-
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer data, out;
     struct request r;
-    int from_restart_marker = 1;
     if (library == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "call load(path) with a libjpeg-turbo library first");
         return NULL;
     }
     /* Signed and range-checked before any unsigned conversion ("I" would wrap 2**32 - 1 and 2**33). */
     Py_ssize_t top, left, height, width, eighths;
-    if (!PyArg_ParseTuple(args, "y*w*nnnnnpp|p", &data, &out, &top, &left, &height, &width, &eighths,
-                          &r.gray, &r.fast_dct, &from_restart_marker)) {
+    if (!PyArg_ParseTuple(args, "y*w*nnnnnpp", &data, &out, &top, &left, &height, &width, &eighths,
+                          &r.gray, &r.fast_dct)) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_SetString(PyExc_ValueError, "top, left, height and width must be 0..65500 (the libjpeg limit)");
         }
@@ -249,17 +226,17 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     r.out_size = out.len;
     enum outcome outcome;
     Py_BEGIN_ALLOW_THREADS
-    outcome = run(&r, from_restart_marker);
+    outcome = decode_rows(&r);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
     if (outcome != DECODED) Py_RETURN_NONE; /* the caller's general decoders report errors */
-    return Py_BuildValue("IIIII", r.row_width, r.skip, r.image_height, r.image_width, r.skipped_rows);
+    return Py_BuildValue("IIII", r.row_width, r.skip, r.image_height, r.image_width);
 }
 
 static PyMethodDef methods[] = {
     {"load", load, METH_VARARGS, "load(path): dlopen a libjpeg-turbo shared library."},
-    {"decode", decode, METH_VARARGS, "decode(data, out, top, left, height, width, eighths, gray, fast_dct, from_restart_marker=True)"},
+    {"decode", decode, METH_VARARGS, "decode(data, out, top, left, height, width, eighths, gray, fast_dct)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -443,6 +443,7 @@ def _register_optional_commands() -> None:
         ("packer.webdataset_cli", "webdataset_command"),
         ("packer.parquet_cli", "parquet_command"),
         ("packer.show_cli", "show"),
+        ("packer.doctor", "doctor"),
     ):
         try:
             module = importlib.import_module(module_name)

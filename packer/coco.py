@@ -8,14 +8,19 @@ annotation has none; ``readers.masks`` draws them as masks that follow the image
 The classes are the category names sorted by COCO category id.
 
 The label rule: a sample's label is its class when all its boxes are of one category, else -1
-(no boxes, or several categories); detection training reads ``categories``, the label only lets
-single-object data serve classification as well.
+(no boxes, or several categories), applied again when a pack-time ``--crop`` drops boxes;
+detection training reads ``categories``, the label only lets single-object data serve
+classification as well. Boxes and ``width``/``height`` are in the file's raw pixel grid, as
+pycocotools and torchvision read them (without EXIF); an EXIF-rotated image is stored upright
+and its boxes turned with it (``packer.box_geometry``).
 
 Bad input never stops the scan: an annotation naming an image that is not in ``images``, a
-category that is not in ``categories``, a malformed ``bbox`` or ``segmentation`` (or an RLE whose
-size is not the image's), a NaN or infinite coordinate, and
-an image whose file is missing under ``--root`` (checked by ``packer.rows``, with paths that
-leave the root and repeated paths) are listed in ``skipped`` with the reason; a box
+category that is not in ``categories``, an id that is ``true``/``false``, a malformed ``bbox`` or
+``segmentation`` (or an RLE whose size is not the image's), a NaN or infinite coordinate, a box
+without area (width or height <= 0), images sharing one id
+(with their annotations: which image they describe is unknown) and an image whose file is
+missing under ``--root`` (checked by ``packer.rows``, with paths that leave the root and repeated
+paths) are listed in ``skipped`` with the reason; two categories sharing an id are an error. A box
 reaching outside its image (COCO's own ``width``/``height``) is clipped, and a box left without
 area dropped; both are counted in ``clipped``. A file that is not COCO is one ``ImgpackError``
 naming what is missing.
@@ -33,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from packer.box_geometry import label_of_categories
 from packer.rows import Row, scan_rows
 from packer.source import SourceScan
 from readers.boxes import clip_boxes
@@ -91,6 +97,8 @@ def _bbox(value: Any) -> list[float] | str:
     box = [float(v) for v in value]
     if not all(math.isfinite(v) for v in box):
         return "bbox has a NaN or infinite coordinate"
+    if box[2] <= 0 or box[3] <= 0:
+        return f"bbox {json.dumps(value)[:60]} has no area (a width or height of 0 or less)"
     return box
 
 
@@ -134,13 +142,17 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
         categories = sorted(data["categories"], key=lambda c: c["id"])
     except TypeError:
         raise ImgpackError(f"{path}: not a COCO annotation file: category ids are not all numbers") from None
+    _check_category_ids(path, data["categories"])
     index_of = {c["id"]: i for i, c in enumerate(categories)}
     classes = [str(c["name"]) for c in categories]
-    images = {image["id"]: image for image in data["images"]}
+    images, shared = _images_by_id(data["images"])
     scan = CocoScan([], classes, dict(SCHEMA))
     boxes_of: dict[Any, list[tuple[list[float], int, int, Any]]] = {}
     for number, ann in enumerate(data["annotations"]):
         where = f"{path.name} annotations[{number}]"
+        if isinstance(ann, dict) and _among(ann.get("image_id"), shared):
+            shared[ann["image_id"]] += 1  # its image is skipped: the reason counts its annotations
+            continue
         problem = _annotation_problem(ann, images, index_of)
         box = _bbox(ann.get("bbox")) if not problem else problem
         if isinstance(box, str):
@@ -158,16 +170,79 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
         entry = (box, index_of[ann["category_id"]], crowd, segmentation)
         boxes_of.setdefault(ann["image_id"], []).append(entry)
     for number, image in enumerate(data["images"]):
+        where = f"{path.name} images[{number}]"
+        problem = _image_problem(image, images, shared)
+        if problem:
+            scan.skipped.append({"path": str(image.get("file_name")), "reason": f"{where}: {problem}"})
+            continue
         found = boxes_of.get(image["id"], [])
         if not found:
             scan.empty += 1
             if skip_empty:
                 continue
-        scan.rows.append(_row(scan, image, found, f"{path.name} images[{number}]"))
+        scan.rows.append(_row(scan, image, found, where))
     if not scan.rows:
         first = f"; first problem: {scan.skipped[0]['reason']}" if scan.skipped else ""
         raise ImgpackError(f"{path}: no image to pack ({len(scan.skipped)} skipped){first}")
     return scan
+
+
+def _is_id(value: Any) -> bool:
+    """Whether ``value`` can be a COCO id: JSON's true/false cannot (Python counts true as 1)."""
+    return not isinstance(value, bool)
+
+
+def _among(value: Any, ids: Mapping[Any, Any]) -> bool:
+    """Whether ``value`` is an id of ``ids`` (never for true/false, nor a list or an object)."""
+    try:
+        return _is_id(value) and value in ids
+    except TypeError:  # unhashable: not an id (the annotation's own check says so)
+        return False
+
+
+def _check_category_ids(path: Path, categories: list[dict[str, Any]]) -> None:
+    """One error for a category id that is a boolean or repeats: either would give annotations a
+    class nobody chose (pycocotools keeps the last of a repeated id)."""
+    first: dict[Any, int] = {}
+    for number, category in enumerate(categories):
+        cid = category["id"]
+        if not _is_id(cid):
+            raise ImgpackError(f"{path}: categories[{number}] has id {json.dumps(cid)}, not a number")
+        if cid in first:
+            raise ImgpackError(
+                f"{path}: categories[{first[cid]}] and categories[{number}] share id {json.dumps(cid)[:40]}, "
+                "so which class its annotations name is ambiguous; give each category its own id"
+            )
+        first[cid] = number
+
+
+def _images_by_id(entries: list[dict[str, Any]]) -> tuple[dict[Any, dict[str, Any]], dict[Any, int]]:
+    """The images by id, without the ids several images share (whose annotations cannot be told
+    apart), and those shared ids (-> annotations counted for the skip reason)."""
+    images: dict[Any, dict[str, Any]] = {}
+    shared: dict[Any, int] = {}
+    for image in entries:
+        iid = image["id"]
+        if not _is_id(iid):
+            continue
+        if iid in images or iid in shared:
+            shared[iid] = 0
+            images.pop(iid, None)
+        else:
+            images[iid] = image
+    return images, shared
+
+
+def _image_problem(image: dict[str, Any], images: Mapping[Any, Any], shared: Mapping[Any, int]) -> str:
+    if not _is_id(image["id"]):
+        return f"id {json.dumps(image['id'])} is not an image id (a number or a text)"
+    if image["id"] in shared:
+        count = shared[image["id"]]
+        return (
+            f"id {json.dumps(image['id'])[:40]} is shared with another image, so its {count} annotations "
+            "cannot be told apart; give each image its own id"
+        )
+    return ""
 
 
 def _annotation_problem(ann: Any, images: Mapping[Any, Any], index_of: Mapping[Any, int]) -> str:
@@ -176,6 +251,9 @@ def _annotation_problem(ann: Any, images: Mapping[Any, Any], index_of: Mapping[A
     lacking = [k for k in REQUIRED["annotations"] if k not in ann]
     if lacking:
         return f"no {', '.join(lacking)}"
+    for key in ("image_id", "category_id"):
+        if not _is_id(ann[key]):
+            return f"{key} {json.dumps(ann[key])} is not an id (true/false is not a number)"
     if ann["image_id"] not in images:
         return f"image_id {json.dumps(ann['image_id'])[:40]} is not in images"
     if ann["category_id"] not in index_of:
@@ -199,8 +277,7 @@ def _row(scan: CocoScan, image: Mapping[str, Any], found: list, where: str) -> R
         boxes, scan.clipped = clipped_boxes.tolist(), scan.clipped + clipped
         categories, crowd = [categories[i] for i in kept.tolist()], [crowd[i] for i in kept.tolist()]
         segmentations = [segmentations[i] for i in kept.tolist()]
-    distinct = set(categories)
-    label = distinct.pop() if len(distinct) == 1 else -1
+    label = label_of_categories(categories)
     fields = {
         "boxes": boxes,
         "categories": categories,

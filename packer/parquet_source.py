@@ -4,13 +4,15 @@ layout of many published datasets, through the rows entry point (``packer.rows``
 The image column is found by name (``image``, ``img``, ``jpg``, ``png``, ``path``, ``file_name``...)
 or given; it holds bytes (a binary column, or a struct with a ``bytes`` member as Hugging Face
 writes images) or paths relative to ``--root``. The label column (``label``, ``class``...; optional)
-holds integers or class names. Every other column is a per-sample field, typed from its values
-(``readers.fields``). Image bytes are written to ``workdir`` (the packer reads image files), which
-the caller removes after the pack. Rows are read a record batch at a time.
+holds integers (whole floats count as integers, NaN as no label) or class names. Every other
+column is a per-sample field, typed from its values (``readers.fields``). Image bytes are written
+to ``workdir`` (the packer reads image files), which the caller removes after the pack. Rows are
+read a record batch at a time.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -92,7 +94,7 @@ def parquet_source(
         for record in batch.to_pylist():
             at = f"{where} row {number}"
             image = _image_bytes(record.pop(image_key))
-            label = record.pop(label_key) if label_key else None
+            label = _label_value(record.pop(label_key), at, label_key) if label_key else None
             if image is None:  # a null cell: that row has no image, the others still pack
                 reason = f"{at}: column {image_key!r} is null (no image)"
                 skipped.append({"path": f"<{at}>", "reason": reason})
@@ -116,6 +118,22 @@ def parquet_source(
         raise ImgpackError(f"{path}: column {image_key!r} mixes image bytes with other values")
     extra = {"table": str(path.resolve())}
     return scan_rows(rows, image_root, classes, None, skipped, extra, where=str(path))
+
+
+def _label_value(value: Any, at: str, column: str) -> Any:
+    """A label cell as the class it names: a float that is a whole number as that int (pandas
+    writes an int column with a null as floats: 10.0 must be class 10, not the text "10.0"),
+    NaN as no label; a fraction is refused, it names no class."""
+    if not isinstance(value, float):
+        return value
+    if math.isnan(value):
+        return None
+    if not value.is_integer():
+        raise ImgpackError(
+            f"{at}: column {column!r} holds {value!r}, which names no class (a label is an integer "
+            "or a class name); pass --label-column with the column of classes"
+        )
+    return int(value)
 
 
 def _classes(values: list[Any]) -> tuple[list[str], list[int]]:

@@ -11,7 +11,7 @@ import io
 import os
 import stat
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -130,6 +130,9 @@ class PackedSample:
     upscaled: bool = False  # enlarged on the way (only with --upscale, or --resize-mode exact)
     dataset_index: int = -1  # its index in the dataset, given when its part is written (packer/parts.py)
     fields: str = ""  # the sample's fields as canonical JSON (readers.fields.encode), "" for none
+    # The source's EXIF orientation (1-8, 1 when it has none): the stored pixels are upright, so a
+    # box given in the file's raw pixel grid turns with them (packer.box_geometry.orient_boxes).
+    orientation: int = 1
 
 
 def resized_size_of(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
@@ -279,18 +282,28 @@ def _decode_jpeg_scaled(raw: bytes, size: tuple[int, int], mode: str) -> Image.I
     return Image.fromarray(array[:, :, 0] if mode == "L" else array)
 
 
+def exif_orientation(img: Image.Image) -> int:
+    """The EXIF orientation (1-8) of an opened image; 1 without one, or for a value outside 1-8
+    (which ``ImageOps.exif_transpose`` ignores too)."""
+    value = img.getexif().get(0x0112, 1) if hasattr(img, "getexif") else 1
+    return value if value in ORIENTATION_TRANSPOSE else 1
+
+
 def preprocess_image(
     img: Image.Image, raw: bytes, spec: PreprocessSpec
 ) -> tuple[Image.Image | None, tuple[int, int]]:
-    """Apply orientation, mode, resize and crop; ``None`` image for encode=original."""
-    orientation = img.getexif().get(0x0112, 1) if hasattr(img, "getexif") else 1
+    """Apply orientation, mode, resize and crop; ``None`` image for encode=original, unless the
+    source is EXIF-rotated: then its upright pixels (stored losslessly, see ``preprocess_file``)."""
+    orientation = exif_orientation(img)
     width, height = img.size
     if orientation in ORIENTATION_SWAPS_AXES:
         width, height = height, width
     original_size = (width, height)
     if spec.encode == "original":
         img.load()  # decode fully: a truncated or corrupt file is skipped, not packed
-        return None, original_size
+        if orientation == 1:
+            return None, original_size
+        return _to_8bit_mode(ImageOps.exif_transpose(img), "RGB"), original_size
     check_crop_fits(width, height, spec)
     out_w, out_h = target_size(width, height, spec)
     if out_w * out_h > spec.max_pixels:
@@ -327,6 +340,7 @@ def preprocess_file(
 ) -> PackedSample:
     """``path`` preprocessed (its bytes ``raw`` when the caller has read them already)."""
     img, raw = _open_checked(path, spec, raw)
+    orientation = exif_orientation(img)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. Pillow's "palette images with transparency" notes
@@ -343,7 +357,9 @@ def preprocess_file(
                     "original",
                     original_size,
                 )
-            data = _encode(out, spec)
+            # An EXIF-rotated original is stored upright as PNG (lossless: the pixels every other
+            # encoding starts from), since readers and peers decode bytes without EXIF.
+            data = _encode(out, replace(spec, encode="png") if spec.encode == "original" else spec)
     except SkipSample:
         raise
     except Exception as exc:  # truncated data, broken chunks, decoder errors, memory
@@ -363,4 +379,5 @@ def preprocess_file(
         spec.encode,
         original_size,
         upscaled,
+        orientation=orientation,
     )

@@ -7,8 +7,10 @@ Members: one image (``jpg``/``jpeg``/``png``/``webp``/``bmp``/``ppm``/``tif``/``
 integer class), ``txt`` (the ``caption`` field), ``json`` (an object: each key a field; any other
 value: the ``json`` field). Classes are ``0..max`` of the ``cls`` values (the label is -1 without
 one). A sample without an image, with two, a ``cls`` that is not an integer, text that is not
-UTF-8 or JSON that does not parse is skipped with the reason. Tar shards are unpacked into
-``workdir`` (the packer reads image files), which the caller removes after the pack.
+UTF-8 or JSON that does not parse is skipped with the reason, and so is a sample with a member
+name repeated inside one shard (webdataset itself refuses such a shard). Tar shards are unpacked
+into ``workdir`` (the packer reads image files), which the caller removes after the pack, one
+folder per shard: shards of one file name in different folders keep their samples apart.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import tarfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +46,48 @@ def _files(root: Path) -> list[str]:
     return found
 
 
-def unpack_shards(shards: Iterable[Path], workdir: Path) -> Path:
-    """Each tar shard's members under ``workdir/<shard name>/`` (only regular files, no links, no
-    path leaving the folder: tarfile's ``data`` filter); the folder to scan."""
-    for shard in shards:
+def shard_folders(shards: list[Path]) -> list[str]:
+    """A distinct folder per shard to unpack into: its name up to the first dot, under the parent
+    folders that tell shards of one name apart (``x/data.tar``, ``y/data.tar``: ``x/data``,
+    ``y/data``), so their samples never merge. A shard given twice is an error."""
+    resolved = [shard.resolve() for shard in shards]
+    twice = next((s for s, r in zip(shards, resolved) if resolved.count(r) > 1), None)
+    if twice is not None:
+        raise ImgpackError(f"{twice}: the same tar shard is given twice; give each shard once")
+    stems = [shard.name.split(".")[0] for shard in shards]
+    if len(set(stems)) == len(stems):
+        return stems
+    common = Path(os.path.commonpath([str(r.parent) for r in resolved]))
+    for names in (stems, [r.name for r in resolved]):  # "a.tar" and "a.tar.gz" side by side
+        folders = [(r.parent.relative_to(common) / name).as_posix() for r, name in zip(resolved, names)]
+        if len(set(folders)) == len(folders):
+            break
+    return folders
+
+
+def unpack_shards(shards: list[Path], workdir: Path) -> tuple[Path, dict[str, str]]:
+    """Each tar shard's members under ``workdir/<shard_folders>/`` (tarfile's ``data`` filter: no
+    path leaving the folder); the folder to scan, and the samples (keys below it) that cannot be
+    packed with the reason: a member name repeated inside one shard, which webdataset refuses and
+    extracting would resolve by silently keeping the last copy."""
+    problems: dict[str, str] = {}
+    for shard, folder in zip(shards, shard_folders(shards)):
+        seen: set[str] = set()
         try:
             with tarfile.open(shard) as tar:
-                tar.extractall(workdir / shard.name.split(".")[0], filter="data")
+                for member in tar:
+                    name = os.path.normpath(member.name)
+                    if member.isdir():
+                        continue
+                    if name in seen:
+                        key = split_key(f"{folder}/{Path(name).as_posix()}")[0]
+                        problems[key] = f"{shard}: member {member.name} appears twice in the shard"
+                        continue
+                    seen.add(name)
+                    tar.extract(member, workdir / folder, filter="data")
         except (OSError, tarfile.TarError) as exc:
             raise ImgpackError(f"{shard}: not a readable tar shard ({exc})") from None
-    return workdir
+    return workdir, problems
 
 
 def _member(ext: str, data: bytes, fields: dict[str, Any]) -> str:
@@ -81,17 +114,23 @@ def _member(ext: str, data: bytes, fields: dict[str, Any]) -> str:
     return ""
 
 
-def scan_webdataset(root: Path, where: str) -> SourceScan:
-    """The ``SourceScan`` of the samples in the tree ``root`` (see the module docstring)."""
+def scan_webdataset(root: Path, where: str, problems: dict[str, str] | None = None) -> SourceScan:
+    """The ``SourceScan`` of the samples in the tree ``root`` (see the module docstring); the
+    samples in ``problems`` (key -> reason) are skipped with their reason."""
+    problems = dict(problems or {})
     groups: dict[str, dict[str, str]] = {}
     for rel in _files(root):
         key, ext = split_key(rel)
-        groups.setdefault(key, {})[ext] = rel
+        members = groups.setdefault(key, {})
+        if ext in members:  # x.jpg beside x.JPG: one member kind twice
+            problems.setdefault(key, f"members {members[ext]} and {rel} are both .{ext}")
+        members[ext] = rel
     rows: list[Row] = []
     skipped: list[dict[str, str]] = []
     for key, members in groups.items():
         images = [members[e] for e in IMAGE_MEMBERS if e in members]
         problem = "" if len(images) == 1 else ("no image member" if not images else f"{len(images)} images")
+        problem = problems.get(key, problem)
         fields: dict[str, Any] = {}
         for ext, rel in members.items():
             if problem:
@@ -121,4 +160,5 @@ def webdataset_source(sources: list[str], workdir: Path) -> SourceScan:
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise ImgpackError(f"{missing[0]}: no such folder or tar shard; give one folder or tar shards")
-    return scan_webdataset(unpack_shards(paths, workdir), ", ".join(map(str, paths)))
+    root, problems = unpack_shards(paths, workdir)
+    return scan_webdataset(root, ", ".join(map(str, paths)), problems)

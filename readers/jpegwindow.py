@@ -9,22 +9,21 @@ every row to the iMCU columns that cover the window. Combined with DCT scaling (
 this is what the batch path does for every ``RandomResizedCrop`` window.
 
 Skipping rows still Huffman-decodes them (each block's DC coefficient is coded against the
-previous block's), and entropy decoding is most of a decode. For a JPEG with a restart marker at
-the start of MCU rows (some cameras and tools write them; Pillow: ``restart_marker_rows=1``) the
-extension starts decoding at the marker one MCU row above the window instead (csrc/restart_rows.c:
-the same headers with a shorter frame, the data from that marker on, nothing re-encoded), and the
-rows above it are never read. imgpack does not write such markers: libjpeg-turbo decodes a JPEG
-with a restart interval 4-6% slower throughout, which cancels what the jump saves on training
-crops (docs/reading.md, "Decoding only the crop window").
+previous block's). Starting at a restart marker above the window would avoid that, but only for
+JPEGs with a marker at every MCU row, which imgpack's packs never contain (a restart interval
+makes libjpeg-turbo 4-6% slower throughout, cancelling the gain: docs/decisions.md).
 
 Where libjpeg-turbo comes from (a fresh machine needs nothing but pip): the small C extension
 ``readers._jpegwindow`` (csrc/jpegwindow.c, built by ``pip install`` with the vendored libjpeg
-6.2 headers) links no library; it ``dlopen``s the libjpeg-turbo that Pillow's wheel bundles
-(``pillow.libs/libjpeg-*.so.62`` on Linux, ``PIL/.dylibs/libjpeg.62.dylib`` on macOS), or a
-system ``libjpeg.so.62`` when Pillow was built without one. The library's ABI version and struct
-size are checked against the headers when a decode starts, so a mismatch is a refusal, not a
-crash. Without the extension (no C compiler at install time) or without a usable library,
-``DECODER`` is None and callers decode the whole image and crop, as before.
+6.2 headers) links no library; it ``dlopen``s the first of (``library_candidates``):
+``$IMGPACK_LIBJPEG`` when set (that file only), else the libjpeg-turbo that Pillow's wheel bundles
+(``pillow.libs/libjpeg-*.so.62`` on Linux, ``PIL/.dylibs/libjpeg.62.dylib`` on macOS), then a
+system ``libjpeg.so.62``. The library's ABI version and struct size are checked against the
+headers when a decode starts, so a mismatch is a refusal, not a crash; a library that loads is then
+checked to decode a small window exactly as simplejpeg does. ``IMGPACK_JPEG_WINDOW=0`` switches the
+decoder off. Without the extension (no C compiler at install time) or without a usable library,
+``DECODER`` is None and callers decode the whole image and crop, as before; ``STATUS`` says which
+case it is (``pack doctor`` prints it).
 
 Pixels: the same as a whole decode (at the same DCT scale) followed by the crop, bit for bit on
 the JPEGs the tests make (odd sizes, 4:2:0/4:2:2/4:4:4, grey, progressive, restart markers,
@@ -51,20 +50,21 @@ from readers.geometry import Window, scaled_window
 from readers.record import Record
 
 try:
-    from readers import _jpegwindow  # type: ignore[attr-defined]
+    from readers import _jpegwindow
 except ImportError:  # built by `pip install -e .`; without a C compiler the install skips it
-    _jpegwindow = None
+    _jpegwindow = None  # type: ignore[assignment]
 
-# Start windows of JPEGs with restart rows at the marker above them (scripts/bench_restart_rows.py
-# switches it off to measure what that gains over skipping the rows).
-FROM_RESTART_MARKERS = True
 # The libjpeg-turbo the extension dlopened (the sanitizer replay checks it tests the same one).
 LIBRARY: str | None = None
 MAX_DIMENSION = 65500  # libjpeg's JPEG_MAX_DIMENSION; the extension refuses larger arguments
 EIGHTHS = (1, 2, 3, 4)  # DCT scales that at least halve the image (simplejpeg's min_factor=2)
 
 
-def _library_candidates() -> list[str]:
+def library_candidates() -> list[str]:
+    """The libjpeg-turbo files the extension tries, in order (see the module docstring)."""
+    explicit = os.environ.get("IMGPACK_LIBJPEG")
+    if explicit:
+        return [explicit]
     try:
         import PIL
     except ImportError:  # pragma: no cover - Pillow is a hard dependency
@@ -75,21 +75,33 @@ def _library_candidates() -> list[str]:
         bundled += glob.glob(os.path.join(here, os.pardir, libs, "libjpeg*.so*"))
     bundled += glob.glob(os.path.join(here, ".dylibs", "libjpeg*.dylib"))
     system = ctypes.util.find_library("jpeg")
-    return sorted(bundled) + ([system] if system else [])
+    return [os.path.normpath(p) for p in sorted(bundled)] + ([system] if system else [])
 
 
-def _load() -> Any:
+def _load() -> tuple[Any, str]:
+    """(the loaded decoder or None, a line saying what was loaded or why nothing was)."""
     global LIBRARY
-    if _jpegwindow is None or os.environ.get("IMGPACK_JPEG_WINDOW") == "0":
-        return None
-    for path in _library_candidates():
+    if _jpegwindow is None:
+        return None, (
+            "off: the C extension readers._jpegwindow is not built (no C compiler when imgpack was "
+            "installed?); reinstall with `pip install -e .` where gcc or clang is available"
+        )
+    if os.environ.get("IMGPACK_JPEG_WINDOW") == "0":
+        return None, "off: IMGPACK_JPEG_WINDOW=0"
+    tried = []
+    for path in library_candidates():
         try:
             _jpegwindow.load(path)
-        except OSError:
+        except OSError as exc:
+            tried.append(f"{path} ({exc})")
             continue  # not libjpeg-turbo, or too old: try the next one
+        if not _decodes_like_simplejpeg(_jpegwindow):
+            return None, f"off: {path} loads but decodes a test window differently from simplejpeg"
         LIBRARY = path
-        return _jpegwindow if _decodes_like_simplejpeg(_jpegwindow) else None
-    return None
+        return _jpegwindow, f"on: {path}"
+    if not tried:
+        return None, "off: no libjpeg-turbo found (Pillow's, a system libjpeg, or $IMGPACK_LIBJPEG)"
+    return None, "off: no usable libjpeg-turbo; tried " + "; ".join(tried)
 
 
 def _decodes_like_simplejpeg(decoder: Any) -> bool:
@@ -111,7 +123,7 @@ def _decodes_like_simplejpeg(decoder: Any) -> bool:
     return bool(np.array_equal(region, simplejpeg.decode_jpeg(data)[8:16, 16:32]))
 
 
-DECODER = _load()
+DECODER, STATUS = _load()
 
 
 def dct_eighths(height: int, width: int, min_height: int, min_width: int) -> int:
@@ -154,8 +166,7 @@ def decode_window(
     if max(top + h, left + w) > MAX_DIMENSION:
         return None  # no JPEG libjpeg decodes is that large: the general decoders say what is wrong
     result = DECODER.decode(
-        data, scratch, top, left, h, w, eighths, channels == 1, fast_dct, FROM_RESTART_MARKERS
-    )
+        data, scratch, top, left, h, w, eighths, channels == 1, fast_dct)
     if result is None:
         return None
     row_width, skip, image_height, image_width = result[:4]

@@ -124,3 +124,34 @@ def refit_segmentations(segmentations: Sequence[Any], geometry: SampleGeometry) 
         else:
             out.append(value)
     return out
+
+
+def orient_segmentations(
+    segmentations: Sequence[Any], moves: tuple[bool, bool, bool], upright: tuple[int, int]
+) -> list[Any]:
+    """Segmentations in the raw pixel grid of an EXIF-rotated source, turned as its pixels are:
+    ``moves`` (x and y swapped, then x mirrored, then y mirrored), ``upright`` its (width, height)."""
+    swap, mirror_x, mirror_y = moves
+    width, height = upright
+    out: list[Any] = []
+    for value in segmentations:
+        if isinstance(value, list) and all(isinstance(p, list) for p in value):
+            turned = []
+            for polygon in value:
+                xy = np.asarray(polygon, dtype=np.float64).reshape(-1, 2)
+                x, y = (xy[:, 1], xy[:, 0]) if swap else (xy[:, 0], xy[:, 1])
+                x = width - x if mirror_x else x
+                y = height - y if mirror_y else y
+                turned.append(np.stack([x, y], axis=1).reshape(-1).tolist())
+            out.append(turned)
+        elif _is_rle(value):
+            api = _mask_api()
+            mask = np.asarray(api.decode(_rle_of(value)), dtype=np.uint8)
+            mask = mask.T if swap else mask
+            mask = mask[:, ::-1] if mirror_x else mask
+            mask = mask[::-1] if mirror_y else mask
+            rle = api.encode(np.asfortranarray(mask))
+            out.append({"size": [int(v) for v in rle["size"]], "counts": rle["counts"].decode()})
+        else:
+            out.append(value)
+    return out

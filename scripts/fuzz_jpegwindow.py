@@ -6,7 +6,7 @@
 Builds the extension into ``--work`` with AddressSanitizer + UBSan and gcc's basic-block coverage
 (csrc/fuzz/coverage.c hands the counters to atheris's libFuzzer), restarts itself with libasan
 preloaded, and lets libFuzzer mutate inputs from the seed corpus (tests/jpeg_corpus.py): each
-input is 6 bytes that choose the window, scale, colour space, IDCT and restart-marker jump, then a
+input is 6 bytes that choose the window, scale, colour space and IDCT, then a
 JPEG. Every input goes through the differential check (tests/jpeg_differential.py: the window
 equals whole rows + crop and Pillow's whole decode + crop, no write past the buffer); a problem
 raises, and libFuzzer saves the input as ``--work/crash-*``. The last line printed is a JSON

@@ -1,4 +1,4 @@
-"""Test images for the JPEG window decoder's tests (test_jpegwindow.py, test_restart_rows.py)."""
+"""Test images for the JPEG window decoder's tests (test_jpegwindow.py)."""
 
 from __future__ import annotations
 

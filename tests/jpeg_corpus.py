@@ -19,7 +19,7 @@ from PIL import Image
 from tests.helpers_jpeg import textured_pixels
 
 SIZES = [(1, 1), (7, 13), (16, 16), (33, 17), (64, 48), (100, 131), (190, 257)]
-# Pillow's options for each kind (restart markers per MCU row are what csrc/restart_rows.c jumps to).
+# Pillow's options for each kind.
 PILLOW_KINDS: dict[str, dict] = {
     "420": {},
     "422": {"subsampling": 1},
@@ -191,11 +191,11 @@ def mutants(corpus: dict[str, bytes], count: int, seed: int = 0) -> Iterator[tup
         yield f"{name}-{damage}-{k}", data
 
 
-WindowParams = tuple[int, int, int, int, int, bool, bool, bool]
+WindowParams = tuple[int, int, int, int, int, bool, bool]
 
 
 def window_params(prefix: bytes, size: tuple[int, int] | None) -> WindowParams:
-    """(top, left, height, width, eighths, gray, fast_dct, from_restart_marker) from 6 bytes, in
+    """(top, left, height, width, eighths, gray, fast_dct) from 6 bytes, in
     the image's scaled coordinates: the fuzzer steers the window with them."""
     p = (prefix + bytes(6))[:6]
     eighths = (1, 2, 3, 4, 8, 8, 8, 5)[p[4] & 7]
@@ -207,4 +207,4 @@ def window_params(prefix: bytes, size: tuple[int, int] | None) -> WindowParams:
     h = min(h, rows)
     top = p[0] * (rows - h) // 255
     left = p[1] * (sw - w) // 255
-    return top, left, h, w, eighths, bool(p[5] & 1), bool(p[5] & 2), not p[5] & 4
+    return top, left, h, w, eighths, bool(p[5] & 1), bool(p[5] & 2)

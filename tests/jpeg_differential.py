@@ -3,8 +3,8 @@
 ``check_window`` decodes one window of one (possibly damaged) JPEG with the extension and says
 what is wrong, if anything: an exception, a write past the output buffer, a result that does not
 fit the buffer or the header, or pixels that differ from the reference. References:
-- the same extension decoding whole rows from the first one (no crop, no skipped rows, no jump
-  to a restart marker), cropped: exact, at every DCT scale and with either IDCT;
+- the same extension decoding whole rows from the first one (no crop, no skipped rows),
+  cropped: exact, at every DCT scale and with either IDCT;
 - Pillow's whole decode, cropped, where Pillow decodes the file without an error in the same
   colour space at full size with the accurate IDCT: exact (Pillow's libjpeg-turbo is the library
   the extension dlopens, readers/jpegwindow.py).
@@ -38,7 +38,7 @@ from PIL import Image
 from tests.jpeg_corpus import WindowParams, jpeg_size, window_params
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = [ROOT / "csrc" / "jpegwindow.c", ROOT / "csrc" / "restart_rows.c"]
+SOURCES = [ROOT / "csrc" / "jpegwindow.c"]
 CANARY = 0xA5
 SANITIZER_FLAGS = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
 SANITIZER_FLAGS += ["-fno-sanitize-recover=all"]  # UBSan stops at its first report
@@ -94,7 +94,7 @@ def _pillow_whole(data: bytes, gray: bool) -> np.ndarray | None:
 
 def check_window(decoder: Any, data: bytes, params: WindowParams) -> tuple[str, list[str]]:
     """Decode one window; (what happened: refused / decoded / checked-pillow, the problems)."""
-    top, left, h, w, eighths, gray, fast_dct, jump = params
+    top, left, h, w, eighths, gray, fast_dct = params
     size = jpeg_size(data)
     channels = 1 if gray else 3
     height, width = (min(v, 65500) for v in size or (64, 64))  # as window_params
@@ -102,14 +102,14 @@ def check_window(decoder: Any, data: bytes, params: WindowParams) -> tuple[str, 
     buffer_size = max(1, h * sw * channels)
     whole, out = _guarded(buffer_size)
     try:
-        result = decoder.decode(data, out, top, left, h, w, eighths, gray, fast_dct, jump)
+        result = decoder.decode(data, out, top, left, h, w, eighths, gray, fast_dct)
     except Exception as exc:
         return "raised", [f"decode raised {type(exc).__name__}: {exc}"]
     if not (whole[buffer_size:] == CANARY).all():
         return "overflow", [f"wrote past the {buffer_size}-byte output buffer"]
     if result is None:
         return "refused", []
-    row_width, skip, image_height, image_width, skipped_rows = result
+    row_width, skip, image_height, image_width = result
     problems = []
     if (image_height, image_width) != size:
         problems.append(f"image size {image_height}x{image_width}, the header says {size}")
@@ -119,10 +119,10 @@ def check_window(decoder: Any, data: bytes, params: WindowParams) -> tuple[str, 
         return "decoded", problems
     got = out[: h * row_width * channels].reshape(h, row_width, channels)[:, skip : skip + w]
     rows_whole, rows = _guarded((top + h) * sw * channels)
-    reference = decoder.decode(data, rows, 0, 0, top + h, sw, eighths, gray, fast_dct, False)
+    reference = decoder.decode(data, rows, 0, 0, top + h, sw, eighths, gray, fast_dct)
     if reference is None:
-        if skipped_rows == 0:  # the same rows were read, only cropped or skipped: must decode too
-            problems.append("the window decoded but whole rows from the first are refused")
+        # the same rows were read, only cropped or skipped: they must decode too
+        problems.append("the window decoded but whole rows from the first are refused")
     else:
         want = rows[: (top + h) * sw * channels].reshape(top + h, sw, channels)[top:, left : left + w]
         if not np.array_equal(got, want):

@@ -4,6 +4,7 @@ kind of bad input recorded as a skip, a count or one clear error."""
 from __future__ import annotations
 
 import json
+import tarfile
 
 import numpy as np
 import pytest
@@ -197,3 +198,104 @@ def test_pack_workers_move_the_boxes_with_the_pixels(coco, tmp_path):
     finally:
         one.close()
         two.close()
+
+
+def test_ambiguous_ids_and_empty_boxes_are_skips_naming_the_reason(tmp_path):
+    """Issue 32: two images sharing an id both got its boxes, ``category_id: true`` was category
+    1, and a box of negative width on an image without a stated size was kept."""
+    data = base()
+    data["images"] = [
+        {"id": 1, "file_name": "a.jpg"},  # no width/height: nothing to clip against
+        {"id": 2, "file_name": "b.jpg", "width": 50, "height": 40},
+        {"id": 2, "file_name": "c.jpg", "width": 50, "height": 40},  # shares b's id
+        {"id": True, "file_name": "d.jpg"},
+    ]
+    (tmp_path / "c.jpg").write_bytes(b"x")
+    (tmp_path / "d.jpg").write_bytes(b"x")
+    data["categories"] = [{"id": 1, "name": "one"}, {"id": 5, "name": "cat"}]
+    data["annotations"] = [
+        {"image_id": 1, "bbox": [10, 10, 10, 10], "category_id": 5},
+        {"image_id": 1, "bbox": [30, 10, -8, 10], "category_id": 5},  # negative width
+        {"image_id": 1, "bbox": [30, 10, 8, 0], "category_id": 5},  # no height
+        {"image_id": 1, "bbox": [1, 1, 5, 5], "category_id": True},  # not category 1
+        {"image_id": True, "bbox": [1, 1, 5, 5], "category_id": 1},  # not image 1
+        {"image_id": 2, "bbox": [1, 1, 5, 5], "category_id": 1},  # b's or c's?
+        {"image_id": 2, "bbox": [3, 3, 5, 5], "category_id": 5},
+    ]
+    scan = coco_source(_write(tmp_path, data))
+    reasons = {s["reason"] for s in scan.skipped}
+    assert [item.rel for item in scan.items] == ["a.jpg"]
+    fields = json.loads(scan.items[0].fields)
+    assert fields["boxes"] == [[10, 10, 10, 10]] and fields["categories"] == [1]
+    assert sum("has no area" in r for r in reasons) == 2
+    assert any("category_id true is not an id" in r for r in reasons)
+    assert any("image_id true is not an id" in r for r in reasons)
+    by_path = {s["path"]: s["reason"] for s in scan.skipped}
+    for name in ("b.jpg", "c.jpg"):
+        assert "shared with another image" in by_path[name] and "its 2 annotations" in by_path[name]
+    assert "not an image id" in by_path["d.jpg"]
+
+
+@pytest.mark.parametrize(
+    "categories, message",
+    [
+        ([{"id": 2, "name": "dog"}, {"id": 2, "name": "cat"}], "categories[0] and categories[1] share id 2"),
+        ([{"id": True, "name": "dog"}], "categories[0] has id true, not a number"),
+    ],
+)
+def test_ambiguous_category_ids_are_one_clear_error(tmp_path, categories, message):
+    data = base()
+    data["categories"] = categories
+    data["annotations"] = [{"image_id": 1, "bbox": [1, 1, 5, 5], "category_id": 2}]
+    with pytest.raises(ImgpackError) as info:
+        coco_source(_write(tmp_path, data))
+    assert message in str(info.value) and "instances.json" in str(info.value)
+
+
+CROPPED = {"both": 0, "left": -1, "centre": 0}  # labels after --crop 40: green alone, nothing, green
+
+
+def cropped_coco(tmp_path):
+    """Three 100x60 images under batch1/: boxes at the left edge (category 7, cut by a --crop 40,
+    which keeps x 30..70), in the centre (category 3), or both."""
+    images_dir = tmp_path / "images" / "batch1"
+    images_dir.mkdir(parents=True)
+    left, centre = [1, 10, 10, 30], [45, 15, 12, 30]
+    boxes = {"both": [(left, 7), (centre, 3)], "left": [(left, 7)], "centre": [(centre, 3)]}
+    images, annotations = [], []
+    for number, (name, found) in enumerate(boxes.items()):
+        Image.fromarray(np.zeros((60, 100, 3), np.uint8)).save(images_dir / f"{name}.png")
+        images.append({"id": number, "file_name": f"batch1/{name}.png", "width": 100, "height": 60})
+        for box, category in found:
+            ann = {"id": len(annotations), "image_id": number, "bbox": box, "category_id": category}
+            annotations.append(ann)
+    coco = tmp_path / "instances.json"
+    categories = [{"id": 3, "name": "green"}, {"id": 7, "name": "red"}]
+    coco.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    return coco
+
+
+def pack_cropped(tmp_path, fmt):
+    out = tmp_path / fmt
+    args = coco_pack_args(cropped_coco(tmp_path / "src"), fmt, out, "--crop", "40", "--order", "source", "-q")
+    result = CliRunner().invoke(main, [*args, "--encode", "png"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["lmdb", "tar"])
+def test_a_crop_that_drops_boxes_recomputes_the_label(tmp_path, fmt):
+    """Issue 32: the label (one category, else -1) described boxes a pack-time --crop had cut."""
+    from readers import open_dataset
+
+    ds = open_dataset(pack_cropped(tmp_path, fmt), fields=["categories"])
+    assert {name: ds[i][1]["label"] for i, name in enumerate(CROPPED)} == CROPPED
+    assert [ds[i][1]["categories"].tolist() for i in range(3)] == [[0], [], [0]]
+
+
+def test_tar_json_class_is_the_label_class_not_the_folder(tmp_path):
+    out = pack_cropped(tmp_path, "tar")
+    with tarfile.open(next(out.glob("*.tar"))) as archive:
+        metas = [json.load(archive.extractfile(m)) for m in archive.getmembers() if m.name.endswith(".json")]
+    assert [m["class"] for m in metas] == ["green", None, "green"]
+    assert [m["label"] for m in metas] == list(CROPPED.values())

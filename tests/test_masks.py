@@ -197,3 +197,38 @@ def test_a_malformed_segmentation_is_a_skip_with_the_reason(tmp_path):
     assert len(reasons) == 3 and "not [x0, y0" in reasons[0] and "size [5, 5]" in reasons[1]
     assert "neither polygons nor an RLE" in reasons[2]
     assert scan.rows[0].fields["segmentation"] == [[[1, 1, 4, 1, 4, 4]]]
+
+
+@pytest.mark.parametrize("more", [[], ["--resize", "80"]])
+def test_masks_of_exif_rotated_sources_are_turned_with_the_pixels(tmp_path, more):
+    from tests.test_exif_boxes import RECTANGLES, write_rotated
+
+    (tmp_path / "images").mkdir()
+    images, annotations = [], []
+    ids = sorted(CATEGORIES)
+    for orientation in range(1, 9):
+        name, raw = write_rotated(tmp_path / "images", orientation)
+        h, w = raw.shape[:2]
+        for index in RECTANGLES:
+            on = np.ones((h, w), bool)
+            for channel, value in enumerate(colour_of(index)):
+                on &= raw[:, :, channel] > 127 if value else raw[:, :, channel] < 100
+            ys, xs = np.nonzero(on)
+            box = [int(xs.min()), int(ys.min()), int(xs.max() + 1 - xs.min()), int(ys.max() + 1 - ys.min())]
+            x, y, bw, bh = box
+            polygon = [[x, y, x + bw, y, x + bw, y + bh, x, y + bh]]
+            # one class as a polygon, the other as an RLE: both in the raw grid, as COCO tools see it
+            rle = coco_mask.encode(np.asfortranarray(on.astype(np.uint8)))
+            segmentation = polygon if index == 0 else {"size": [h, w], "counts": rle["counts"].decode()}
+            annotations.append(
+                annotation(len(annotations) + 1, orientation, ids[index], 0, box, segmentation)
+            )
+        images.append({"id": orientation, "file_name": name, "height": h, "width": w})
+    path = tmp_path / "instances.json"
+    categories = [{"id": i, "name": CATEGORIES[i][0]} for i in ids]
+    path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    args = ["coco", str(path), "--root", str(tmp_path / "images"), "--to", "lmdb", "-o", str(tmp_path / "d")]
+    result = CliRunner().invoke(main, [*args, "--workers", "1", "-q", *more])
+    assert result.exit_code == 0, result.output
+    ds = open_dataset(tmp_path / "d", target="torchvision", masks=True)
+    assert sum(check_masks(*ds[i]) for i in range(len(ds))) == 16

@@ -10,7 +10,7 @@ from PIL import Image, ImageOps
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec, preprocess_file
+from packer.preprocess import PreprocessSpec, exif_orientation, preprocess_file
 from packer.source import scan_folder
 from readers import open_dataset, read_manifest
 from readers.errors import ManifestError
@@ -46,11 +46,22 @@ def test_lossless_round_trip_is_pixel_exact(packed, encode):
 
 
 def test_original_keeps_source_bytes(packed):
+    """Byte for byte, except an EXIF-rotated file: its upright pixels, losslessly (PNG)."""
     out = packed("lmdb", encode="original")
     ds = open_dataset(out, decode="bytes")
+    pixels = open_dataset(out, decode="numpy")
+    rotated = 0
     for i, item in enumerate(packed_items(out)):
+        with Image.open(item.path) as img:
+            turned = exif_orientation(img) != 1
+        if turned:
+            assert ds[i][0].startswith(b"\x89PNG"), item.rel
+            np.testing.assert_array_equal(pixels[i][0], source_image(item.path), err_msg=item.rel)
+            rotated += 1
+            continue
         with open(item.path, "rb") as fh:
             assert ds[i][0] == fh.read(), item.rel
+    assert 0 < rotated < len(ds)
 
 
 def test_jpeg_round_trip_within_psnr_bound(packed):

@@ -96,3 +96,30 @@ def test_not_a_table_is_one_clear_line(tmp_path):
     bad.write_bytes(b"nope")
     result = CliRunner().invoke(main, ["parquet", str(bad), "--to", "lmdb", "-o", str(tmp_path / "o")])
     assert result.exit_code == 1 and "not a readable Parquet/Arrow table" in result.output
+
+
+def test_a_float_label_column_is_integer_classes(tmp_path):
+    """Issue 32: labels 0.0 ... 11.0 (what pandas writes for an int column with a null) were sorted
+    as text, so the row labelled 10.0 got class 2."""
+    labels = [float(i) for i in range(12)] + [None]
+    table = pa.table({"image": [{"bytes": png(10 * i), "path": None} for i in range(13)], "label": labels})
+    assert table.schema.field("label").type == pa.float64()
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    out = tmp_path / "out.lmdb"
+    args = ["parquet", str(path), "--to", "lmdb", "-o", str(out), "--encode", "png", "-q", *SOURCE_ORDER]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["classes"] == [str(i) for i in range(12)]
+    ds = open_dataset(out, decode="numpy")
+    assert [ds[i][1] for i in range(12)] == list(range(12))
+
+
+def test_a_fractional_label_is_refused_naming_the_row(tmp_path):
+    table = pa.table({"image": [{"bytes": png(1), "path": None}] * 3, "label": [1.0, 2.5, 0.0]})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    result = CliRunner().invoke(main, ["parquet", str(path), "--to", "lmdb", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert "t.parquet row 1: column 'label' holds 2.5, which names no class" in result.output

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import SAMPLE_DATA, packed_items, run_cli
+from PIL import Image
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
+from packer.preprocess import PreprocessSpec, exif_orientation
 from packer.source import scan_folder
 from readers import open_dataset, open_iterable
 from readers.decode import decode_array
@@ -163,8 +164,12 @@ def test_raw_and_original_encodings(packed):
     names = tarfile.open(original / "shard-000000.tar").getnames()
     items = packed_items(original)
     exts = [n.split(".")[1] for n in names[::3]]
-    # Extension sniffed from content, e.g. chelsea.png stays png, LADYBIRD_01.JPG becomes jpg.
-    assert exts == ["png" if item.rel.endswith(".png") else "jpg" for item in items]
+    # Extension sniffed from content, e.g. chelsea.png stays png, LADYBIRD_01.JPG becomes jpg; an
+    # EXIF-rotated JPEG is stored upright, as PNG.
+    rotated = [exif_orientation(Image.open(item.path)) != 1 for item in items]
+    assert any(rotated) and not all(rotated)
+    expected = ["png" if item.rel.endswith(".png") or turn else "jpg" for item, turn in zip(items, rotated)]
+    assert exts == expected
     record = open_reader(original).read(1)
     assert bytes(record.data) == Path(items[1].path).read_bytes()
 

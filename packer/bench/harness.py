@@ -128,14 +128,25 @@ def _child(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...], start_metho
         conn.close()
 
 
-def run_isolated(fn: Callable[..., Any], *args: Any) -> Any:
+def run_isolated(fn: Callable[..., Any], *args: Any, env: dict[str, str] | None = None) -> Any:
     """``fn(*args)`` in a fresh spawned process (no page-cache handles, memory or imports carried
-    over from earlier measurements); its result, or a ``BenchError`` with the child's error."""
+    over from earlier measurements), with ``env`` added to its environment from its start (so
+    settings read at import, such as ``IMGPACK_JPEG_WINDOW``, apply); its result, or a
+    ``BenchError`` with the child's error."""
     start_method = multiprocessing.get_start_method()
     ctx = multiprocessing.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(send, fn, args, start_method))
-    proc.start()
+    saved = {name: os.environ.get(name) for name in env or {}}
+    os.environ.update(env or {})
+    try:
+        proc.start()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     send.close()
     try:
         status, payload = receive.recv()

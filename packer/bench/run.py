@@ -14,7 +14,6 @@ original files included) reads ``RandomResizedCrop(augment_size)`` + a horizonta
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -64,9 +63,6 @@ def measure_loader(target: Target, workers: int, settings: Settings) -> Run:
 def _measure(
     target: Target, workers: int, settings: Settings, random_access: bool
 ) -> tuple[Run, dict[str, Any] | None]:
-    if not target.window_decode:  # this fresh process and the DataLoader workers it forks
-        os.environ["IMGPACK_JPEG_WINDOW"] = "0"
-        jpegwindow.DECODER = None
     run = measure_loader(target, workers, settings)
     return run, measure_random_access(target, settings) if random_access else None
 
@@ -76,7 +72,8 @@ def measure_isolated(
 ) -> tuple[Run, dict[str, Any] | None]:
     """``measure_loader`` (and optionally ``measure_random_access``) in a fresh spawned process."""
     try:
-        return run_isolated(_measure, target, workers, settings, random_access)
+        env = {} if target.window_decode else {"IMGPACK_JPEG_WINDOW": "0"}
+        return run_isolated(_measure, target, workers, settings, random_access, env=env)
     except BenchError as exc:
         raise BenchError(f"{target.path}: {target.name} with {workers} worker(s) failed: {exc}") from None
 

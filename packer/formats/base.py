@@ -67,7 +67,7 @@ def add_label_runs(runs: list[list[int]], labels: list[int] | list[list[int]], c
 
 class PartWriter:
     fields: dict[str, str] = {}  # noqa: RUF012  # set by write_part: the schema of the fields stored
-    classes: tuple[str, ...] = ()  # set by write_part: the dataset's class names
+    classes: list[str] = []  # noqa: RUF012  # set by write_part: the dataset's class names
 
     def add(self, sample: PackedSample) -> None:
         raise NotImplementedError
@@ -96,7 +96,7 @@ class FormatWriter:
     # skips of the parts ahead of it were known is then written again with its true first index.
     stores_indices: ClassVar[bool] = False
     fields: dict[str, str] = {}  # noqa: RUF012  # the schema of the fields it stores (with_fields)
-    classes: tuple[str, ...] = ()  # the dataset's class names (with_fields), for formats that name them
+    classes: list[str] = []  # noqa: RUF012  # the class names its labels index (with_fields)
 
     def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
         self.out = Path(out)
@@ -147,9 +147,10 @@ class FormatWriter:
     def check_options(self) -> None:
         """Raise ImgpackError for options this format cannot honour (e.g. raw without a fixed size)."""
 
-    def with_fields(self, schema: dict[str, str], classes: list[str] | tuple[str, ...] = ()) -> FormatWriter:
-        """This writer storing the per-sample fields of ``schema`` ({name: kind}); a format whose
-        registry entry does not declare ``stores_fields`` refuses them, naming the fix."""
+    def with_fields(self, schema: dict[str, str], classes: list[str] | None = None) -> FormatWriter:
+        """This writer storing the per-sample fields of ``schema`` ({name: kind}) of samples whose
+        labels index ``classes``; a format whose registry entry does not declare ``stores_fields``
+        refuses fields, naming the fix."""
         if schema and not format_named(self.name).stores_fields:
             raise ImgpackError(
                 f"--to {self.name} does not store per-sample fields ({', '.join(schema)}); pack with "
@@ -158,7 +159,7 @@ class FormatWriter:
             )
         moved = copy.copy(self)
         moved.fields = dict(schema)
-        moved.classes = tuple(classes)
+        moved.classes = list(classes if classes is not None else self.classes)
         return moved
 
     def at(self, out: Path) -> FormatWriter:

@@ -3,8 +3,8 @@
 On-disk layout (shared with the writer in packer/formats/tar.py):
 - a shard is a plain USTAR archive (mtime 0, uid/gid 0, no PAX headers); each sample is three
   adjacent members ``<key>.<ext>`` (the image: jpg, png, bmp, raw, or the sniffed type of an
-  original file), ``<key>.cls`` (the label in ASCII) and ``<key>.json`` (label, class, source
-  path, original size, stored height/width/channels); ``key`` is ``s`` + the sample's dataset index
+  original file), ``<key>.cls`` (the label in ASCII) and ``<key>.json`` (label, class name or null,
+  source path, original size, stored height/width/channels); ``key`` is ``s`` + the sample's dataset index
   (no gaps where a source file was skipped; no dots), so WebDataset and DALI group the members into samples;
 - ``shard-000000.idx`` is the text index DALI's ``wds2idx`` writes (version ``v1.2``): a line
   ``v1.2 <samples>``, then per sample ``<ext> <data offset> <size> <member name>`` for each

@@ -69,14 +69,15 @@ def member_header(name: str, size: int) -> bytes:
 
 
 def sample_members(
-    sample: PackedSample, schema: dict[str, str] | None = None
+    sample: PackedSample, schema: dict[str, str] | None = None, classes: list[str] | None = None
 ) -> list[tuple[str, str, bytes]]:
-    """(extension, member name, bytes) of one sample, image first."""
+    """(extension, member name, bytes) of one sample, image first. The ``.json`` "class" is the
+    name of the label's class (null for -1): for an image folder, the sample's class folder."""
     key = sample_key(sample.dataset_index)
     ext = image_ext(sample)
     meta = {
         "label": sample.label,
-        "class": sample.rel.split("/", 1)[0],
+        "class": class_name(sample, classes),
         "path": sample.rel,
         "original_size": list(sample.original_size),
         "height": sample.height,
@@ -103,6 +104,10 @@ def sample_members(
     return members
 
 
+def class_name(sample: PackedSample, classes: list[str] | None) -> str | None:
+    return classes[sample.label] if classes and 0 <= sample.label < len(classes) else None
+
+
 def caption_field(schema: dict[str, str]) -> str | None:
     """The string field stored as the ``.txt`` member: "caption", else the only string field."""
     strings = [name for name, kind in schema.items() if kind == "str"]
@@ -119,7 +124,7 @@ class TarPartWriter(RollingPartWriter):
         chunks: list[bytes] = []
         members: list[Member] = []
         position = 0
-        for ext, name, data in sample_members(sample, self.fields):
+        for ext, name, data in sample_members(sample, self.fields, self.classes):
             header = member_header(name, len(data))
             members.append((ext, position + len(header), len(data), name))
             chunks += [header, data, bytes(padded(len(data)) - len(data))]
