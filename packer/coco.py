@@ -71,6 +71,8 @@ def load_coco(path: Path) -> dict[str, Any]:
         raise ImgpackError(f"{path}: no such COCO annotation file") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ImgpackError(f"{path}: not a COCO annotation file (not JSON: {exc})") from None
+    except RecursionError:
+        raise ImgpackError(f"{path}: not a COCO annotation file (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise ImgpackError(
             f"{path}: not a COCO annotation file (a JSON object with images, annotations, categories)"
@@ -156,7 +158,8 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
         problem = _annotation_problem(ann, images, index_of)
         box = _bbox(ann.get("bbox")) if not problem else problem
         if isinstance(box, str):
-            name = images.get(ann.get("image_id"), {}).get("file_name") if isinstance(ann, dict) else None
+            known = isinstance(ann, dict) and _is_id(ann.get("image_id"))
+            name = images.get(ann["image_id"], {}).get("file_name") if known else None
             scan.skipped.append({"path": str(name or f"<{where}>"), "reason": f"{where}: {box}"})
             continue
         segmentation = _segmentation(ann.get("segmentation"), images[ann["image_id"]])
@@ -188,8 +191,9 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
 
 
 def _is_id(value: Any) -> bool:
-    """Whether ``value`` can be a COCO id: JSON's true/false cannot (Python counts true as 1)."""
-    return not isinstance(value, bool)
+    """Whether ``value`` can be a COCO id, a number or a text: JSON's true/false cannot (Python
+    counts true as 1), nor a list or an object (they cannot key the images or categories)."""
+    return isinstance(value, (int, float, str)) and not isinstance(value, bool)
 
 
 def _among(value: Any, ids: Mapping[Any, Any]) -> bool:
@@ -253,7 +257,8 @@ def _annotation_problem(ann: Any, images: Mapping[Any, Any], index_of: Mapping[A
         return f"no {', '.join(lacking)}"
     for key in ("image_id", "category_id"):
         if not _is_id(ann[key]):
-            return f"{key} {json.dumps(ann[key])} is not an id (true/false is not a number)"
+            shown = json.dumps(ann[key])[:40]
+            return f"{key} {shown} is not an id (a number or a text; true/false is not one)"
     if ann["image_id"] not in images:
         return f"image_id {json.dumps(ann['image_id'])[:40]} is not in images"
     if ann["category_id"] not in index_of:

@@ -19,25 +19,21 @@ import csv
 import io
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packer.list_labels import INTEGER, NO_CLASS, label_resolver, no_class, shown, unknown_label
 from packer.rows import PathCheck, fields_schema, scan_rows
 from packer.rows import Row as RowsRow
 from packer.source import SourceItem, SourceScan
 from readers.errors import ImgpackError
-from readers.fields import FieldError, encode, normalise
+from readers.fields import INT64, FieldError, encode, normalise
 
 PATH_COLUMNS = ("path", "file", "filename", "file_name", "image", "image_path", "img", "image_id", "id")
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "label_id")
 LIST_KINDS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-# Integer labels without --classes imply classes 0..max: a label above this (or the row count,
-# when larger) is a typo or an id, not a class, and would build that many class names.
-MAX_IMPLIED_CLASSES = 100_000
-_INTEGER = re.compile(r"-?[0-9]+")
 
 
 @dataclass
@@ -49,31 +45,28 @@ class Row:
     fields: dict[str, Any] = field(default_factory=dict)  # the other columns / JSON keys
 
 
-def _shown(value: Any, limit: int = 60) -> str:
-    """``value`` as a short text for a reason (a JSON value as JSON, a long one cut)."""
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
-def _json_row(number: int, entry: dict, path_key: str, label_key: str) -> Row:
-    path, label = entry.get(path_key, ""), entry.get(label_key, "")
+def _json_row(number: int, entry: dict, path_key: str, label_key: str | None) -> Row:
+    path = entry.get(path_key, "")
+    label = entry.get(label_key, "") if label_key is not None else NO_CLASS
     extra = {k: v for k, v in entry.items() if k not in (path_key, label_key)}
     if not isinstance(path, str):
-        return Row(number, "", label, f"path {_shown(path)} is not a string")
+        return Row(number, "", label, f"path {shown(path)} is not a string")
     if isinstance(label, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in label):
         return Row(number, path, label, fields=extra)  # several labels (--multi-label)
     if isinstance(label, bool) or not isinstance(label, (str, int)):
-        return Row(number, path, "", f"label {_shown(label)} is neither an integer nor a class name")
+        return Row(number, path, "", f"label {shown(label)} is neither an integer nor a class name")
     return Row(number, path, label, fields=extra)
 
 
 def _cell_value(text: str) -> Any:
-    """A CSV cell typed from its text: an integer, a number, else the text ("" is no value)."""
+    """A CSV cell typed from its text: an integer (int64), a number, else the text ("" is no
+    value). Digits beyond int64 stay text: such a cell is an id, and a float would round it."""
     text = text.strip()
     if not text:
         return None
-    if _INTEGER.fullmatch(text) and len(text) <= 18:
-        return int(text)
+    if INTEGER.fullmatch(text):
+        whole = int(text) if len(text) <= 20 else None
+        return whole if whole is not None and INT64[0] <= whole <= INT64[1] else text
     try:
         number = float(text)
     except ValueError:
@@ -105,16 +98,22 @@ def _pick(columns: list[str], wanted: str | None, known: tuple[str, ...], what: 
     for name in known:
         if name in lowered:
             return lowered[name]
+    hint = " (or --no-label for a set without classes: captions, tags)" if what == "label" else ""
     raise ImgpackError(
         f"{where}: cannot tell which column holds the {what} (columns: {', '.join(columns)}); "
-        f"pass --{what}-column NAME"
+        f"pass --{what}-column NAME{hint}"
     )
 
 
 def read_rows(
-    list_path: Path, path_column: str | None = None, label_column: str | None = None, header: bool = True
+    list_path: Path,
+    path_column: str | None = None,
+    label_column: str | None = None,
+    header: bool = True,
+    no_label: bool = False,
 ) -> list[Row]:
-    """The (line, path, label) rows of a list file; columns found by name (or position without header)."""
+    """The (line, path, label) rows of a list file; columns found by name (or position without
+    header); ``no_label``: the list has no label column, every row's label is ``NO_CLASS``."""
     kind = list_kind(list_path)
     try:
         # decoded from bytes so that quoted CSV fields keep their own newlines ("\r\n" included)
@@ -125,6 +124,7 @@ def read_rows(
         raise ImgpackError(f"{list_path}: cannot read the list ({exc}); it must be UTF-8 text") from None
     rows: list[Row] = []
     if kind == "jsonl":
+        keys: list[str] | None = None
         for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
@@ -132,12 +132,15 @@ def read_rows(
                 entry = json.loads(line, parse_int=_json_integer)
             except json.JSONDecodeError as exc:
                 raise ImgpackError(f"{list_path}: line {number} is not JSON ({exc.msg})") from None
+            except RecursionError:  # a row is skipped, as a field that does not fit its kind
+                rows.append(Row(number, "", "", "JSON nested too deeply (over about 1,000 levels)"))
+                continue
             if not isinstance(entry, dict):
                 raise ImgpackError(f"{list_path}: line {number} is not a JSON object")
-            if not rows:  # the first object names the keys; later rows lacking one are skipped
+            if keys is None:  # the first object names the keys; later rows lacking one are skipped
                 keys = list(entry)
                 path_key = _pick(keys, path_column, PATH_COLUMNS, "path", list_path)
-                label_key = _pick(keys, label_column, LABEL_COLUMNS, "label", list_path)
+                label_key = None if no_label else _pick(keys, label_column, LABEL_COLUMNS, "label", list_path)
             rows.append(_json_row(number, entry, path_key, label_key))
         return rows
     numbered = [(n, r) for n, r in _csv_records(list_path, text, kind) if any(cell.strip() for cell in r)]
@@ -147,10 +150,10 @@ def read_rows(
         (_, names), numbered = numbered[0], numbered[1:]
         names = [n.strip() for n in names]
         p_at = names.index(_pick(names, path_column, PATH_COLUMNS, "path", list_path))
-        l_at = names.index(_pick(names, label_column, LABEL_COLUMNS, "label", list_path))
+        l_at = -1 if no_label else names.index(_pick(names, label_column, LABEL_COLUMNS, "label", list_path))
     else:
         try:
-            p_at, l_at = int(path_column or 0), int(label_column or 1)
+            p_at, l_at = int(path_column or 0), -1 if no_label else int(label_column or 1)
         except ValueError:
             raise ImgpackError(
                 "without a header, --path-column/--label-column are column numbers (0, 1)"
@@ -166,7 +169,8 @@ def read_rows(
                     for at, name in enumerate(names)
                     if at not in (p_at, l_at) and at < len(cells) and name
                 }
-            rows.append(Row(number, cells[p_at].strip(), cells[l_at].strip(), fields=extra))
+            label = cells[l_at].strip() if l_at >= 0 else NO_CLASS
+            rows.append(Row(number, cells[p_at].strip(), label, fields=extra))
     return rows
 
 
@@ -203,61 +207,6 @@ def read_classes(path: Path) -> list[str]:
     return names
 
 
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if not _INTEGER.fullmatch(text):
-        return None
-    # beyond any class count: not converted (Python refuses integers of more than 4300 digits)
-    return int(text) if len(text) <= 18 else 10**18
-
-
-def _implied_class_limit(rows: list[Row]) -> int:
-    return max(MAX_IMPLIED_CLASSES, len(rows))
-
-
-def _label_resolver(rows: list[Row], classes: list[str] | None):
-    """(classes, label of a row value or None if unknown)."""
-    if classes is not None:
-        names = {n: i for i, n in enumerate(classes)}
-
-        def resolve(value: Any) -> int | None:
-            if str(value) in names:
-                return names[str(value)]
-            number = _as_int(value)
-            return number if number is not None and 0 <= number < len(classes) else None
-
-        return classes, resolve
-    values = [r.label for r in rows if not r.problem and str(r.label).strip() != ""]
-    numbers = [_as_int(v) for v in values]
-    if values and all(n is not None for n in numbers):
-        limit = _implied_class_limit(rows)
-        top = max((n for n in numbers if n is not None and n < limit), default=-1)
-        return [
-            str(i) for i in range(top + 1)
-        ], lambda v: n if (n := _as_int(v)) is not None and 0 <= n <= top else None
-    found = sorted({str(v) for v in values})
-    index = {n: i for i, n in enumerate(found)}
-    return found, lambda v: index.get(str(v))
-
-
-def _unknown_label(row: Row, rows: list[Row], classes: list[str], classes_file: Any) -> str:
-    number = _as_int(row.label)
-    text = str(row.label).strip()
-    if classes_file is None and number is not None and number >= _implied_class_limit(rows):
-        digits = f" ({len(text.lstrip('-'))} digits)" if len(text) > 18 else ""
-        return (
-            f"label {_shown(text, 20)}{digits} is far above the number of rows ({len(rows)}); "
-            "integer labels are class numbers 0..N-1: give --classes FILE to name the classes"
-        )
-    known = f"{len(classes)} classes" + (f" from {classes_file}" if classes_file else "")
-    shown = repr(row.label) if len(text) <= 60 else _shown(text)
-    return f"unknown label {shown} ({known})"
-
-
 def scan_list(
     list_path: str | os.PathLike,
     root: str | os.PathLike | None = None,
@@ -269,28 +218,35 @@ def scan_list(
     fields: Sequence[str] | None = None,
     no_fields: bool = False,
     multi_label: str | None = None,
+    no_label: bool = False,
 ) -> SourceScan:
     """The ``SourceScan`` of a label file, with the rows it could not use in ``skipped``.
 
     Every other column (JSON key) is a per-sample field, typed from the data (readers/fields.py),
     or only those named in ``fields``, or none (``no_fields``). ``multi_label``: the label column
     holds several labels, split at this separator (or a JSON list); such a sample's label is -1
-    and its class indices are the field "labels"."""
+    and its class indices are the field "labels". ``no_label``: the list has no label column (a
+    caption set): every sample's label is -1, no class; a label of -1 means that in any list."""
     list_path = Path(list_path).expanduser()
     root = Path(root).expanduser() if root is not None else list_path.parent
     if not root.is_dir():
         raise ImgpackError(
             f"{root}: --root is not a folder; give the folder the list's paths are relative to"
         )
-    rows = read_rows(list_path, path_column, label_column, header)
+    if no_label and (label_column is not None or multi_label is not None):
+        raise ImgpackError(
+            "--no-label packs a list without a label column: leave out --label-column/--multi-label"
+        )
+    rows = read_rows(list_path, path_column, label_column, header, no_label)
     if multi_label is None:  # a JSON list of labels is for --multi-label only
         for row in rows:
             if isinstance(row.label, list) and not row.problem:
-                row.problem = f"label {_shown(row.label)} is neither an integer nor a class name"
+                row.problem = f"label {shown(row.label)} is neither an integer nor a class name"
                 row.label = ""
     else:
         return _scan_multi_label(list_path, root, rows, classes_file, suffix, fields, no_fields, multi_label)
-    classes, resolve = _label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
+    classes, resolve = label_resolver(rows, read_classes(Path(classes_file)) if classes_file else None)
+    classes = classes or ["0"]  # a set without classes: a placeholder, as every source records it
     schema = _select_fields(list_path, rows, fields, no_fields)
     check = PathCheck(root)
     items: list[SourceItem] = []
@@ -307,12 +263,12 @@ def scan_list(
         if problem:
             skipped.append({"path": rel, "reason": problem})
             continue
-        label = resolve(row.label) if str(row.label).strip() != "" else None
+        label = NO_CLASS if no_class(row.label) else resolve(row.label) if str(row.label).strip() else None
         if str(row.label).strip() == "":
             skipped.append({"path": rel, "reason": f"{where}: no label"})
         elif label is None:
             skipped.append(
-                {"path": rel, "reason": f"{where}: {_unknown_label(row, rows, classes, classes_file)}"}
+                {"path": rel, "reason": f"{where}: {unknown_label(row, rows, classes, classes_file)}"}
             )
         elif not os.path.isfile(full):
             skipped.append({"path": rel, "reason": f"{where}: file not found under {root}"})
@@ -368,7 +324,7 @@ def _scan_multi_label(
     ``classes_file``), each sample labelled -1 with its class indices in the field "labels"."""
     parts = {id(row): _label_parts(row.label, separator) for row in rows}
     singles = [Row(r.line, r.path, part) for r in rows if not r.problem for part in parts[id(r)]]
-    classes, resolve = _label_resolver(singles, read_classes(Path(classes_file)) if classes_file else None)
+    classes, resolve = label_resolver(singles, read_classes(Path(classes_file)) if classes_file else None)
     schema = _select_fields(list_path, rows, wanted, none)
     out: list[RowsRow] = []
     skipped: list[dict[str, str]] = []

@@ -30,7 +30,7 @@ field values of the wrong type are skipped with a reason.
 
 @contextmanager
 def scan(list_file, root, classes, path_column, label_column, no_header, suffix, fields, no_fields,
-         multi_label) -> Iterator[Any]:  # fmt: skip
+         multi_label, no_label) -> Iterator[Any]:  # fmt: skip
     from packer.imagelist import scan_list
     from readers.errors import ImgpackError
 
@@ -38,7 +38,7 @@ def scan(list_file, root, classes, path_column, label_column, no_header, suffix,
     if wanted is not None and no_fields:
         raise ImgpackError("--fields keeps the named columns and --no-fields drops them all: pass one")
     yield scan_list(list_file, root, classes, path_column, label_column, not no_header, suffix,
-                    wanted, no_fields, multi_label)  # fmt: skip
+                    wanted, no_fields, multi_label, no_label)  # fmt: skip
 
 
 def imagelist_command(group: click.Group) -> click.Command:
@@ -56,6 +56,11 @@ def imagelist_command(group: click.Group) -> click.Command:
         ),
         click.Option(["--path-column"], default=None, help="Column (or JSON key) with the image path."),
         click.Option(["--label-column"], default=None, help="Column (or JSON key) with the label."),
+        click.Option(
+            ["--no-label"],
+            is_flag=True,
+            help="The list has no label column (captions, tags): every sample's label is -1, no class.",
+        ),
         click.Option(["--no-header"], is_flag=True, help="CSV/TSV without a header row (columns 0 and 1)."),
         click.Option(["--suffix"], default="", help="Appended to every path, e.g. .jpg for bare ids."),
         click.Option(

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from packer.rows import Row, scan_rows
+from packer.rows import Row, implied_classes, scan_rows
 from packer.source import SourceScan
 from readers.errors import ImgpackError
 
@@ -142,8 +142,8 @@ def _classes(values: list[Any]) -> tuple[list[str], list[int]]:
     if not present:
         return ["0"], [-1] * len(values)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        top = max(present)
-        return [str(i) for i in range(top + 1)], [v if v is not None and v >= 0 else -1 for v in values]
+        classes = implied_classes(present, len(values))  # a huge label is a skip, not that many names
+        return classes, [v if v is not None and v >= 0 else -1 for v in values]
     names = sorted({str(v) for v in present})
     index = {n: i for i, n in enumerate(names)}
     return names, [index[str(v)] if v is not None else -1 for v in values]

@@ -26,6 +26,10 @@ from packer.source_items import SourceItem
 from readers.errors import ImgpackError
 from readers.fields import FieldError, check_schema, encode, infer_schema, normalise
 
+# Integer labels without a class list imply classes 0..max: a label above this (or the row
+# count, when larger) is a typo or an id, not a class, and would build that many class names.
+MAX_IMPLIED_CLASSES = 100_000
+
 
 @dataclass
 class Row:
@@ -65,6 +69,15 @@ class PathCheck:
 
     def missing(self, full: str, where: str) -> str:
         return "" if os.path.isfile(full) else f"{where}: file not found under {self.root}"
+
+
+def implied_classes(labels: Sequence[int], rows: int) -> list[str]:
+    """The classes ``"0"..str(max)`` that integer labels imply, ignoring labels above
+    ``max(MAX_IMPLIED_CLASSES, rows)`` (``scan_rows`` then skips their rows as outside the
+    classes) and -1 (no class); ``["0"]`` when no label is a class."""
+    limit = max(MAX_IMPLIED_CLASSES, rows)
+    top = max((label for label in labels if label < limit), default=-1)
+    return [str(i) for i in range(top + 1)] if top >= 0 else ["0"]
 
 
 def fields_schema(rows: Sequence[Row], declared: dict[str, str] | None, where: str) -> dict[str, str]:
@@ -107,7 +120,10 @@ def scan_rows(
         at = row.where or where
         full, rel, problem = check.locate(row.path, at)
         if not problem and not -1 <= row.label < len(classes):
-            problem = f"{at}: label {row.label} is outside the {len(classes)} classes"
+            problem = (
+                f"{at}: label {row.label} is outside the {len(classes)} classes (labels are class "
+                "numbers 0..N-1, -1 for none; a far larger one is an id, not a class)"
+            )
         problem = problem or check.missing(full, at)
         values = ""
         if not problem and schema:

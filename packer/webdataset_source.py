@@ -4,27 +4,31 @@ or from tar shards, through the rows entry point (``packer.rows``).
 A sample is the files whose names share a key: the path up to the first dot of the file name, as
 ``webdataset`` groups tar members (``a/x.jpg``, ``a/x.cls``, ``a/x.json`` are sample ``a/x``).
 Members: one image (``jpg``/``jpeg``/``png``/``webp``/``bmp``/``ppm``/``tif``/``tiff``), ``cls`` (an
-integer class), ``txt`` (the ``caption`` field), ``json`` (an object: each key a field; any other
-value: the ``json`` field). Classes are ``0..max`` of the ``cls`` values (the label is -1 without
-one). A sample without an image, with two, a ``cls`` that is not an integer, text that is not
-UTF-8 or JSON that does not parse is skipped with the reason, and so is a sample with a member
-name repeated inside one shard (webdataset itself refuses such a shard). Tar shards are unpacked
-into ``workdir`` (the packer reads image files), which the caller removes after the pack, one
-folder per shard: shards of one file name in different folders keep their samples apart.
+integer class, or -1 for none), ``txt`` (the ``caption`` field), ``json`` (an object: each key a
+field; any other value: the ``json`` field). Classes are ``0..max`` of the ``cls`` values (the
+label is -1 without one: a caption or tags set packs as it is; a ``cls`` far above the sample
+count is an id, not a class: its sample is skipped, see ``packer.rows.implied_classes``). A
+sample without an image, with two, a ``cls`` that is not an integer, text that is not UTF-8 or
+JSON that does not parse (or nests too deeply) is skipped with the reason, and so is a sample
+with a member name repeated inside one shard (webdataset itself refuses such a shard). Tar shards
+are unpacked into ``workdir`` (the packer reads image files), which the caller removes after the
+pack, one folder per shard: shards of one file name in different folders keep their samples apart.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
 
-from packer.rows import Row, scan_rows
+from packer.rows import Row, implied_classes, scan_rows
 from packer.source import SourceScan
 from readers.errors import ImgpackError
+from readers.fields import parse_json
 
+_CLASS = re.compile(r"-1|[0-9]{1,18}")
 IMAGE_MEMBERS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "tif", "tiff")
 RESERVED_FIELDS = ("label", "geometry")
 
@@ -94,8 +98,8 @@ def _member(ext: str, data: bytes, fields: dict[str, Any]) -> str:
     """Fill ``fields`` from one member; the problem with it, or ""."""
     if ext == "cls":
         text = data.decode("utf-8", "replace").strip()
-        if not text.lstrip("-").isdigit() or len(text) > 18:
-            return f".cls holds {text[:30]!r}, not an integer class"
+        if not _CLASS.fullmatch(text):  # ASCII digits: "²".isdigit() is true, int("²") fails
+            return f".cls holds {text[:30]!r}, not an integer class (-1: no class)"
         fields["label"] = int(text)
     elif ext == "txt":
         try:
@@ -104,7 +108,7 @@ def _member(ext: str, data: bytes, fields: dict[str, Any]) -> str:
             return ".txt is not valid UTF-8 text"
     elif ext == "json":
         try:
-            value = json.loads(data)
+            value = parse_json(data)
         except (UnicodeDecodeError, ValueError) as exc:
             return f".json does not parse ({exc})"
         if isinstance(value, dict) and not any(k in RESERVED_FIELDS for k in value):
@@ -144,11 +148,7 @@ def scan_webdataset(root: Path, where: str, problems: dict[str, str] | None = No
         rows.append(Row(images[0], label, fields, f"{where}: sample {key}"))
     if not rows:
         raise ImgpackError(f"{where}: no WebDataset sample (files sharing a stem, one an image) found")
-    top = max((r.label for r in rows), default=-1)
-    classes = [str(i) for i in range(top + 1)] if top >= 0 else ["0"]
-    for row in rows:
-        if row.label < -1:
-            row.label = -1
+    classes = implied_classes([r.label for r in rows], len(rows))
     return scan_rows(rows, root, classes, None, skipped, {"webdataset": where}, where)
 
 

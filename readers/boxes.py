@@ -8,6 +8,14 @@ maps COCO ``xywh`` boxes through it, so a box frames the same pixels before and 
 Coordinates are continuous: pixel ``i`` covers ``[i, i + 1)``, so a box edge at ``x`` in a window
 that starts at ``left`` and is scaled by ``s`` lands at ``(x - left) * s``; that is where the
 resampler (``readers.resample``, half-pixel centres) puts the pixels too. A leaf: numpy only.
+
+The degenerate-box rule, the same on every path (pack-time clipping included): a box whose
+clipped width or height is below ``MIN_SIDE`` output pixels is dropped. A box that only touches
+the crop window would otherwise come back with a side of 1e-14 px, which collapses to zero in
+float32 x1/x2 and trips detection models' "boxes must have positive width and height" check.
+``min_visibility`` drops a box keeping *less* than that fraction of its area: one keeping exactly
+that fraction is kept, to ``VISIBILITY_TOLERANCE``: boxes are stored in float32, so a box cut at
+its middle in decimal coordinates keeps 0.4999995 of its area in binary ones.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 Pair = tuple[int, int]
+MIN_SIDE = 0.01  # output pixels: a clipped box narrower or lower than this is dropped
+VISIBILITY_TOLERANCE = 1e-4  # of the visible fraction: float32 rounding of the box coordinates
 
 
 @dataclass(frozen=True)
@@ -93,8 +103,9 @@ def transform_boxes(
     boxes: np.ndarray, geometry: SampleGeometry, min_visibility: float = 0.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """(N, 4) float32 COCO xywh in stored pixels -> (M, 4) float32 xywh in output pixels, clipped to
-    the output; a box left empty is dropped, and one whose visible fraction of its area is below
-    min_visibility; also returns the int64 indices of the kept boxes (to filter per-box fields)."""
+    the output; a box left with a side under ``MIN_SIDE`` px is dropped, and one whose visible
+    fraction of its area is below min_visibility; also returns the int64 indices of the kept
+    boxes (to filter per-box fields)."""
     moved = transform_box_batch([boxes], [geometry], min_visibility)
     return moved.boxes, np.flatnonzero(moved.keep).astype(np.int64)
 
@@ -134,7 +145,8 @@ def transform_box_batch(
     visible = (cx1 - cx0) * (cy1 - cy0)
     with np.errstate(divide="ignore", invalid="ignore"):
         fraction = np.where(area > 0, visible / np.where(area > 0, area, 1), 0.0)
-    keep = (cx1 > cx0) & (cy1 > cy0) & np.isfinite(area) & (fraction >= min_visibility)
+    wide = (cx1 - cx0 >= MIN_SIDE) & (cy1 - cy0 >= MIN_SIDE)
+    keep = wide & np.isfinite(area) & (fraction >= min_visibility - VISIBILITY_TOLERANCE)
     cx0, cx1 = np.where(flips, out_w - cx1, cx0), np.where(flips, out_w - cx0, cx1)
     result = np.stack([cx0, cy0, cx1 - cx0, cy1 - cy0], axis=1)[keep].astype(np.float32)
     return MovedBoxes(result, keep, np.bincount(owner[keep], minlength=len(arrays)).astype(np.int64))

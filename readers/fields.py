@@ -5,6 +5,12 @@ Kinds: "int", "float", "str", "ints" / "floats" (lists of numbers), "json" (any 
 "boxes" (float32 (N, 4), COCO x, y, width, height in pixels of the stored image) and "box_ints"
 (int64 (N,), one per box of the sample's "boxes" field, filtered with them when a crop drops boxes).
 
+Numbers keep their stored precision on every path: "int"/"ints" are int64 (an integer outside
+int64 is refused at pack time, a skip naming the row), "float"/"floats" float64, never rounded to
+float32 (only boxes are float32, in pixels). NaN and infinity are refused in every number field,
+and a JSON value nested deeper than ``MAX_DEPTH`` is refused: parsing it again would overflow
+Python's stack in the reader.
+
 Values travel as plain Python / NumPy: ``normalise`` checks one row's values against the schema
 (a ``FieldError`` names what is wrong: a skip for the source), ``encode`` turns a sample's fields
 into canonical UTF-8 JSON (never pickle) and ``decode`` turns it back, boxes and number lists as
@@ -28,6 +34,8 @@ Schema = dict[str, str]
 # Names a field may not take: the label rides in the target already; "geometry" is the applied
 # crop window and flip, added at read time on request.
 RESERVED = ("label", "geometry")
+INT64 = (-(2**63), 2**63 - 1)
+MAX_DEPTH = 100  # JSON nesting a field may have (lists/objects inside each other)
 
 
 class FieldError(ImgpackError, ValueError):
@@ -48,7 +56,8 @@ def kind_of(value: Any) -> str:
         return "float"
     if isinstance(value, str):
         return "str"
-    if isinstance(value, (list, tuple)) and value and all(_is_number(v) for v in value):
+    if isinstance(value, (list, tuple)) and all(_is_number(v) for v in value):
+        # an empty list is "ints": it widens to "floats" or "json" with the column's other rows
         return "ints" if all(isinstance(v, int) for v in value) else "floats"
     return "json"
 
@@ -110,9 +119,18 @@ def check_schema(schema: Mapping[str, str], where: str) -> Schema:
     return out
 
 
+def _beyond_int64(name: str, value: Any) -> FieldError:
+    return FieldError(
+        f"field {name!r}: {_short(value)} does not fit int64 (integer fields are int64); "
+        "store such an id as text (a JSON string)"
+    )
+
+
 def _number_list(name: str, value: Any, integer: bool) -> np.ndarray:
     if not isinstance(value, (list, tuple, np.ndarray)):
         raise FieldError(f"field {name!r}: {_short(value)} is not a list of numbers")
+    if integer and any(isinstance(v, int) and not INT64[0] <= v <= INT64[1] for v in value):
+        raise _beyond_int64(name, value)
     try:
         array = np.asarray(value, dtype=np.int64 if integer else np.float64)
     except (TypeError, ValueError, OverflowError):
@@ -121,6 +139,8 @@ def _number_list(name: str, value: Any, integer: bool) -> np.ndarray:
         raise FieldError(f"field {name!r}: {_short(value)} is not a flat list of numbers")
     if integer and isinstance(value, (list, tuple)) and any(isinstance(v, float) for v in value):
         raise FieldError(f"field {name!r}: {_short(value)} holds non-integers")
+    if not integer and not np.isfinite(array).all():
+        raise FieldError(f"field {name!r}: {_short(value)} holds NaN or an infinity")
     return array
 
 
@@ -138,11 +158,19 @@ def normalise_value(name: str, kind: str, value: Any) -> Any:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise FieldError(f"field {name!r}: {_short(value)} is not an integer")
+        if not INT64[0] <= int(value) <= INT64[1]:
+            raise _beyond_int64(name, value)
         return int(value)
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
             raise FieldError(f"field {name!r}: {_short(value)} is not a number")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond the float range
+            raise FieldError(f"field {name!r}: {_short(value)} is beyond the float64 range") from None
+        if not math.isfinite(number):
+            raise FieldError(f"field {name!r}: {value} is not a finite number")
+        return number
     if kind == "str":
         if isinstance(value, bytes):
             try:
@@ -174,10 +202,40 @@ def normalise_value(name: str, kind: str, value: Any) -> Any:
             raise FieldError(f"field {name!r}: a box coordinate is NaN or infinite")
         return array.tolist()
     # json: must round-trip through JSON (no NaN, no objects JSON cannot hold)
+    if json_depth(value) > MAX_DEPTH:
+        raise FieldError(f"field {name!r}: JSON nested deeper than {MAX_DEPTH} levels")
     try:
         return json.loads(json.dumps(value, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise FieldError(f"field {name!r}: not a JSON value ({exc})") from None
+
+
+def json_depth(value: Any) -> int:
+    """How deeply lists and objects nest in ``value`` (a scalar: 0), without recursion: the
+    value may be nested deeper than Python's stack allows."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = list(item)
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_json(data: str | bytes) -> Any:
+    """``json.loads`` whose nesting too deep for the parser is a ``ValueError`` like any other
+    malformed JSON (Python raises ``RecursionError`` at about 1,000 levels)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply (over about 1,000 levels)") from None
 
 
 def normalise(schema: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,8 +246,6 @@ def normalise(schema: Mapping[str, str], values: Mapping[str, Any]) -> dict[str,
         kind = schema.get(name)
         if kind is None or value is None:
             continue
-        if kind == "float" and isinstance(value, float) and not math.isfinite(value):
-            raise FieldError(f"field {name!r}: {value} is not a finite number")
         out[name] = normalise_value(name, kind, value)
     boxes = [n for n, k in schema.items() if k == "boxes"]
     count = len(out[boxes[0]]) if boxes and boxes[0] in out else 0
@@ -208,7 +264,7 @@ def encode(values: Mapping[str, Any]) -> bytes:
 
 def typed(schema: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
     """Stored values as the readers hand them out: boxes float32 (N, 4), box_ints/ints int64 and
-    floats float32 arrays; the rest as they are. Every schema field is present (None if unset;
+    floats float64 arrays; the rest as they are. Every schema field is present (None if unset;
     boxes and box_ints: empty arrays)."""
     out: dict[str, Any] = {}
     for name, kind in schema.items():
@@ -218,7 +274,7 @@ def typed(schema: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any
         elif kind in ("box_ints", "ints"):
             out[name] = np.asarray(value if value is not None else [], dtype=np.int64).reshape(-1)
         elif kind == "floats":
-            out[name] = None if value is None else np.asarray(value, dtype=np.float32).reshape(-1)
+            out[name] = None if value is None else np.asarray(value, dtype=np.float64).reshape(-1)
         else:
             out[name] = value
     return out
@@ -230,8 +286,8 @@ def decode(
     """Stored JSON fields back as ``typed`` values; a broken document is a ChecksumError-like
     ImgpackError naming ``where``."""
     try:
-        values = json.loads(bytes(data)) if len(data) else {}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        values = parse_json(bytes(data)) if len(data) else {}
+    except (UnicodeDecodeError, ValueError) as exc:
         raise ImgpackError(f"{where}: stored fields are not JSON ({exc}); the dataset is corrupt") from None
     if not isinstance(values, dict):
         raise ImgpackError(f"{where}: stored fields are not a JSON object; the dataset is corrupt")

@@ -12,7 +12,8 @@ sizes only; the epoch's sequence is then split across ranks and DataLoader worke
 same for any number of workers and the global sequence the same for any world size.
 
 Labels of different datasets are kept apart by an offset: dataset ``i``'s label ``y`` arrives
-as ``offsets[i] + y``, where ``offsets`` are the running totals of the datasets' class counts;
+as ``offsets[i] + y`` (-1, a sample without a class, stays -1), where ``offsets`` are the running
+totals of the datasets' class counts;
 ``mix.classes`` lists all classes in that order (``"<i>:<name>"``), and ``mix.split_labels``
 turns labels back into (dataset index, label within the dataset). ``labels="shared"`` keeps the
 labels as they are, for datasets packed with one class list (it must be identical).
@@ -172,12 +173,15 @@ class MixedIterable(RecordStream):
         return identity
 
     def split_labels(self, labels: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(dataset index, label within that dataset) of mixed ``labels`` (``labels="offset"``)."""
+        """(dataset index, label within that dataset) of mixed ``labels`` (``labels="offset"``);
+        a label of -1 (no class) does not say its dataset: (-1, -1) (``fields_per_dataset`` does)."""
         if self.labels != "offset":
             raise ValueError("split_labels needs labels='offset'; shared labels do not say their dataset")
         values = np.asarray(labels, dtype=np.int64)
         dataset = np.searchsorted(np.asarray(self.offsets), values, side="right") - 1
-        return dataset, values - np.asarray(self.offsets, dtype=np.int64)[dataset]
+        dataset[values < 0] = -1
+        within = values - np.asarray(self.offsets, dtype=np.int64)[np.maximum(dataset, 0)]
+        return dataset, np.where(values < 0, -1, within)
 
     def where(self) -> str:
         return f"the mix of {', '.join(self.paths)}"
@@ -198,7 +202,8 @@ class MixedIterable(RecordStream):
             where = np.flatnonzero(source == i)
             shift = self.offsets[i]
             for k, record in zip(where.tolist(), self.readers[i].read_many(index[where])):
-                out[k] = record._replace(label=record.label + shift) if shift else record
+                no_class = record.label < 0  # -1, a sample without a class, stays -1
+                out[k] = record._replace(label=record.label + shift) if shift and not no_class else record
         return out  # type: ignore[return-value]
 
     def planned_reads(self, epoch: int, positions: np.ndarray) -> list[tuple[Any, np.ndarray]]:

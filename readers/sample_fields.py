@@ -192,11 +192,11 @@ class FieldPlan:
 
     @staticmethod
     def _collate_column(name: str, kind: str, values: list[Any]) -> dict[str, Any]:
-        """A fixed-size field's values: int64/float32 arrays when every sample has one, else a list."""
+        """A fixed-size field's values: int64/float64 arrays when every sample has one, else a list."""
         if kind == "int" and all(v is not None for v in values):
             return {name: np.asarray(values, dtype=np.int64)}
         if kind == "float" and all(v is not None for v in values):
-            return {name: np.asarray(values, dtype=np.float32)}
+            return {name: np.asarray(values, dtype=np.float64)}
         return {name: values}
 
     def batch(
@@ -295,7 +295,7 @@ def _padded_rows(rows: np.ndarray, counts: np.ndarray, kind: str) -> tuple[np.nd
 
 
 def _dtype(kind: str) -> Any:
-    return np.float32 if kind in ("floats", "boxes") else np.int64
+    return np.float32 if kind == "boxes" else np.float64 if kind == "floats" else np.int64
 
 
 def _padded(arrays: list[np.ndarray], kind: str) -> tuple[np.ndarray, np.ndarray]:

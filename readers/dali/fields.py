@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 OUTPUTS = ("fields", "fields_length", "geometry")
 GEOMETRY_COLUMNS = 7
 # typed()'s dtypes, little-endian
-ARRAYS = {"boxes": "<f4", "floats": "<f4", "ints": "<i8", "box_ints": "<i8"}
+ARRAYS = {"boxes": "<f4", "floats": "<f8", "ints": "<i8", "box_ints": "<i8"}
 
 
 def to_bytes(kind: str, value: Any) -> bytes:

@@ -189,9 +189,9 @@ class FormatReader:
 
     @property
     def lowest_label(self) -> int:
-        """-1 (a sample with no single class, a COCO image with several) where the dataset has
-        fields, else 0."""
-        return -1 if self.manifest.fields else 0
+        """-1: a sample with no single class (a caption or tags set, a COCO image with several
+        categories, a WebDataset sample without ``.cls``), with or without fields."""
+        return -1
 
     def typed_fields(self, record: Record, index: int) -> Record:
         """``record`` with its stored fields decoded to typed values (readers/fields.py)."""
@@ -202,7 +202,7 @@ class FormatReader:
         return record._replace(fields=decode(self.manifest.fields, raw, self.describe(index)))
 
     def check_labels(self, labels: Sequence[int] | np.ndarray, where: str) -> None:
-        """Every label must index the manifest's classes (or be -1 where the dataset has fields)."""
+        """Every label must index the manifest's classes (or be -1: no single class)."""
         if len(labels) == 0:
             return
         low, high = int(np.min(labels)), int(np.max(labels))

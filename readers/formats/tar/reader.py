@@ -301,7 +301,8 @@ class TarReader(FormatReader):
             try:
                 meta = json.loads(bytes(view[joff : joff + jsize]))
                 fields = [meta[k] for k in ("label", "height", "width", "channels")]
-                if not all(type(v) is int and v >= self.lowest_label for v in fields):
+                lows = (self.lowest_label, 0, 0, 0)  # a label of -1 is "no class"; a shape is not
+                if not all(type(v) is int and v >= low for v, low in zip(fields, lows)):
                     raise ValueError(f"label and shape must be integers, got {fields}")
                 label, height, width, channels = fields
                 stored = meta.get("fields", {}) if self.manifest.fields else None

@@ -18,6 +18,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 Buffer = bytes | bytearray | memoryview
 FeatureValue = bytes | int | float | str | Sequence[int] | Sequence[bytes]
 
@@ -55,7 +57,7 @@ def encode_feature(value: FeatureValue) -> bytes:
     from readers.formats.tfrecord.fields import Floats, Ints
 
     if isinstance(value, Floats):
-        return _field(2, _field(1, struct.pack(f"<{len(value)}f", *value)))
+        return _field(2, _field(1, _float32_bytes(value)))
     if isinstance(value, Ints):
         return _field(3, _field(1, b"".join(varint(v) for v in value)))
     values: list[object] = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -67,8 +69,15 @@ def encode_feature(value: FeatureValue) -> bytes:
     if len(ints) == len(values):
         return _field(3, _field(1, b"".join(varint(v) for v in ints)))
     if all(isinstance(v, float) for v in values):
-        return _field(2, _field(1, struct.pack(f"<{len(values)}f", *values)))
+        return _field(2, _field(1, _float32_bytes(values)))
     raise TypeError(f"cannot store {value!r} in a tf.train.Example feature (bytes, str, int or float)")
+
+
+def _float32_bytes(values: Sequence[object]) -> bytes:
+    """A float_list's packed values: float32, as TensorFlow has it; a value beyond its range is
+    an infinity there (imgpack keeps the exact float64 in ``imgpack/fields``), not an error."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype="<f4").tobytes()
 
 
 def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
