@@ -19,6 +19,7 @@ from packer.preprocess import PackedSample, PreprocessSpec, target_size
 from readers.boxes import SampleGeometry, geometry_for_resize_crop, identity_geometry, transform_boxes
 from readers.fields import encode
 from readers.geometry import centre_window
+from readers.masks import SEGMENTATION, orient_segmentations, refit_segmentations
 
 # EXIF orientation -> (x and y swapped, then x mirrored, then y mirrored): what the transpose that
 # makes the image upright (preprocess.ORIENTATION_TRANSPOSE) does to a point of the raw grid.
@@ -85,6 +86,12 @@ def refit_fields(
     for other, kind in schema.items():
         if kind == "box_ints" and other in out:
             out[other] = [out[other][i] for i in kept.tolist()]
+    if isinstance(out.get(SEGMENTATION), list):  # per box, like the box_ints: turned and moved too
+        segmentations = [out[SEGMENTATION][i] for i in kept.tolist()]
+        if turned:
+            moves = ORIENTATION_MOVES[sample.orientation]
+            segmentations = orient_segmentations(segmentations, moves, sample.original_size)
+        out[SEGMENTATION] = refit_segmentations(segmentations, geometry)
     return out
 
 

@@ -2,7 +2,9 @@
 
 Each entry of ``images`` is one sample, its annotations its boxes. Fields (kinds of
 ``readers.fields``): ``boxes`` (COCO x, y, width, height in pixels, float32), ``categories`` (per
-box, the index into the classes), ``iscrowd`` (per box, 0 or 1) and ``image_id`` (COCO's id).
+box, the index into the classes), ``iscrowd`` (per box, 0 or 1), ``image_id`` (COCO's id) and,
+when the file has any, ``segmentation`` (JSON: per box COCO's polygons or RLE, None where the
+annotation has none; ``readers.masks`` draws them as masks that follow the image).
 The classes are the category names sorted by COCO category id.
 
 The label rule: a sample's label is its class when all its boxes are of one category, else -1
@@ -13,8 +15,9 @@ pycocotools and torchvision read them (without EXIF); an EXIF-rotated image is s
 and its boxes turned with it (``packer.box_geometry``).
 
 Bad input never stops the scan: an annotation naming an image that is not in ``images``, a
-category that is not in ``categories``, an id that is ``true``/``false``, a malformed ``bbox``,
-a NaN or infinite coordinate, a box without area (width or height <= 0), images sharing one id
+category that is not in ``categories``, an id that is ``true``/``false``, a malformed ``bbox`` or
+``segmentation`` (or an RLE whose size is not the image's), a NaN or infinite coordinate, a box
+without area (width or height <= 0), images sharing one id
 (with their annotations: which image they describe is unknown) and an image whose file is
 missing under ``--root`` (checked by ``packer.rows``, with paths that leave the root and repeated
 paths) are listed in ``skipped`` with the reason; two categories sharing an id are an error. A box
@@ -40,6 +43,7 @@ from packer.rows import Row, scan_rows
 from packer.source import SourceScan
 from readers.boxes import clip_boxes
 from readers.errors import ImgpackError
+from readers.masks import SEGMENTATION
 
 SCHEMA = {"boxes": "boxes", "categories": "box_ints", "iscrowd": "box_ints", "image_id": "int"}
 REQUIRED = {
@@ -100,6 +104,29 @@ def _bbox(value: Any) -> list[float] | str:
     return box
 
 
+def _segmentation(value: Any, image: Mapping[str, Any]) -> Any:
+    """COCO polygons or RLE as stored (None without one), or the reason they cannot be used."""
+    if value is None or value == []:
+        return None
+    if isinstance(value, list):
+        for polygon in value:
+            numbers = isinstance(polygon, list) and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in polygon
+            )
+            if not numbers or len(polygon) < 6 or len(polygon) % 2:
+                return "segmentation holds a polygon that is not [x0, y0, x1, y1, x2, y2, ...] numbers"
+        return value
+    if isinstance(value, dict) and isinstance(value.get("counts"), (list, str)):
+        size = value.get("size")
+        if not (isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) for v in size)):
+            return "segmentation RLE has no [height, width] size"
+        stated = _image_size(image)
+        if stated is not None and tuple(size) != stated:
+            return f"segmentation RLE of size {size} for an image of {list(stated)} (height, width)"
+        return value
+    return f"segmentation {json.dumps(value)[:60]} is neither polygons nor an RLE"
+
+
 def _image_size(image: Mapping[str, Any]) -> tuple[int, int] | None:
     """COCO's (height, width) of an image, when it states a usable one."""
     h, w = image.get("height"), image.get("width")
@@ -122,7 +149,7 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
     classes = [str(c["name"]) for c in categories]
     images, shared = _images_by_id(data["images"])
     scan = CocoScan([], classes, dict(SCHEMA))
-    boxes_of: dict[Any, list[tuple[list[float], int, int]]] = {}
+    boxes_of: dict[Any, list[tuple[list[float], int, int, Any]]] = {}
     for number, ann in enumerate(data["annotations"]):
         where = f"{path.name} annotations[{number}]"
         if isinstance(ann, dict) and _among(ann.get("image_id"), shared):
@@ -135,8 +162,16 @@ def scan_coco(annotations: str | os.PathLike, skip_empty: bool = False) -> CocoS
             name = images.get(ann["image_id"], {}).get("file_name") if known else None
             scan.skipped.append({"path": str(name or f"<{where}>"), "reason": f"{where}: {box}"})
             continue
+        segmentation = _segmentation(ann.get("segmentation"), images[ann["image_id"]])
+        if isinstance(segmentation, str):
+            name = images[ann["image_id"]].get("file_name")
+            scan.skipped.append({"path": str(name or f"<{where}>"), "reason": f"{where}: {segmentation}"})
+            continue
+        if segmentation is not None:
+            scan.schema[SEGMENTATION] = "json"
         crowd = 1 if ann.get("iscrowd") else 0
-        boxes_of.setdefault(ann["image_id"], []).append((box, index_of[ann["category_id"]], crowd))
+        entry = (box, index_of[ann["category_id"]], crowd, segmentation)
+        boxes_of.setdefault(ann["image_id"], []).append(entry)
     for number, image in enumerate(data["images"]):
         where = f"{path.name} images[{number}]"
         problem = _image_problem(image, images, shared)
@@ -237,14 +272,16 @@ def _inside(box: list[float], size: tuple[int, int] | None) -> bool:
 
 
 def _row(scan: CocoScan, image: Mapping[str, Any], found: list, where: str) -> Row:
-    boxes = [b for b, _, _ in found]
-    categories = [c for _, c, _ in found]
-    crowd = [k for _, _, k in found]
+    boxes = [b for b, _, _, _ in found]
+    categories = [c for _, c, _, _ in found]
+    crowd = [k for _, _, k, _ in found]
+    segmentations = [m for _, _, _, m in found]
     size = _image_size(image)
     if not all(_inside(box, size) for box in boxes):  # the rare image to clip: numpy only then
         clipped_boxes, kept, clipped = clip_boxes(np.array(boxes, np.float32), size)  # type: ignore[arg-type]
         boxes, scan.clipped = clipped_boxes.tolist(), scan.clipped + clipped
         categories, crowd = [categories[i] for i in kept.tolist()], [crowd[i] for i in kept.tolist()]
+        segmentations = [segmentations[i] for i in kept.tolist()]
     label = label_of_categories(categories)
     fields = {
         "boxes": boxes,
@@ -252,6 +289,8 @@ def _row(scan: CocoScan, image: Mapping[str, Any], found: list, where: str) -> R
         "iscrowd": crowd,
         "image_id": image["id"] if isinstance(image["id"], int) else None,
     }
+    if SEGMENTATION in scan.schema:  # the file has segmentations (rows are made after every annotation)
+        fields[SEGMENTATION] = segmentations
     name = image["file_name"]
     return Row(name if isinstance(name, str) else "", label, fields, where)
 

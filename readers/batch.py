@@ -53,7 +53,6 @@ from readers import resample
 from readers.boxes import SampleGeometry, geometry_for_resize_crop, geometry_for_window
 from readers.decode import cv2, decode_array, simplejpeg, sniff
 from readers.errors import ImgpackError
-from readers.fields import as_tensors
 from readers.geometry import (
     Augment,
     RandomResizedCrop,
@@ -68,6 +67,7 @@ from readers.geometry import (
 from readers.jpegwindow import decode_window
 from readers.record import Record
 from readers.shmring import worker_ring
+from readers.targets import received
 
 Size = int | tuple[int, int] | None
 Crop = int | tuple[int, int] | RandomResizedCrop | None
@@ -278,17 +278,13 @@ class BatchAssembler:
             params = self.params(records, indices, epoch)
         if ring is None:
             images, label_tensor = self(records, indices=indices, epoch=epoch, params=params)
-            if fields is None:
-                return images, label_tensor
-            return images, {"label": label_tensor, **as_tensors(fields)}
+            return received(images, label_tensor, fields)
         shape = (len(records), *self.output_shape(records))
         nbytes = int(np.prod(shape))
         slot = ring.acquire(nbytes)
         if slot is None:  # the consumer holds every slot: a one-off buffer, shared on pickling
             images, label_tensor = self(records, indices=indices, epoch=epoch, params=params)
-            if fields is None:
-                return images, label_tensor
-            return images, {"label": label_tensor, **as_tensors(fields)}
+            return received(images, label_tensor, fields)
         try:
             hwc = ring.slots[slot][:nbytes].view(shape)
             self.fill(records, hwc.numpy(), params)

@@ -40,9 +40,23 @@ class SampleGeometry:
     out: tuple[int, int]  # (h, w) of the returned image
     flip: bool  # mirrored left-right after crop and resize
 
-    def as_dict(self) -> dict[str, object]:
-        """Plain numbers, for users who transform their own targets (masks, keypoints)."""
-        return {"stored": self.stored, "window": self.window, "out": self.out, "flip": self.flip}
+    def as_dict(self) -> GeometryRecord:
+        """Plain numbers, for users who transform their own targets (keypoints, their own masks)."""
+        return GeometryRecord(stored=self.stored, window=self.window, out=self.out, flip=self.flip)
+
+
+class GeometryRecord(dict):
+    """``fields=["geometry"]``: what was done to a sample's image, on every path the same type.
+
+    Keys in this order: ``stored`` (h, w) ints, the stored image's size; ``window`` (top, left,
+    height, width) floats, the rectangle of the stored image, in its pixels (pixel ``i`` covers
+    ``[i, i + 1)``), that was resized to become the output; ``out`` (h, w) ints, the returned
+    image's size; ``flip`` bool, mirrored left-right after the resize. A stored point ``(x, y)``
+    lands at ``((x - left) * out_w / width, (y - top) * out_h / height)``, then ``x -> out_w - x``
+    with ``flip``. A dict (JSON-ready), whose type a DataLoader's default collate keeps: a batch
+    holds a list of records (``readers.targets`` registers that), not columns of tensors."""
+
+    __slots__ = ()
 
 
 def identity_geometry(stored: Pair) -> SampleGeometry:

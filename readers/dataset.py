@@ -17,6 +17,8 @@ from readers.order import OrderSpec, resolve_rank
 from readers.record import Record
 from readers.remote_parts import merge_remote_options
 from readers.resume import checked_epoch
+from readers.targets import DetectionTarget, check_target, with_fields
+from readers.targets import sample as detection_sample
 
 
 class RamCache:
@@ -54,14 +56,18 @@ class PackedDataset(Dataset):
     def __init__(
         self,
         path: str | os.PathLike,
-        decode: str = "pil",
+        decode: str | None = None,
         transform: Callable | None = None,
         target_transform: Callable | None = None,
         cache: str | None = None,
         verify: bool = False,
         reader_options: dict[str, Any] | None = None,
         fields: Sequence[str] | None = None,
+        target: str | None = None,
+        label_offset: int = 1,
+        masks: bool = False,
     ):
+        decode = decode or ("pil" if target is None else "tensor")
         check_decode_kind(decode)
         if cache not in (None, "ram"):
             raise ValueError(f"cache={cache!r}; use None or 'ram'")
@@ -75,6 +81,12 @@ class PackedDataset(Dataset):
         self.cache = RamCache(self.reader) if cache == "ram" else None
         # With fields=: the target is {"label": ..., field: value, ...} (readers/fields.py).
         self.fields = None if fields is None else select(self.manifest.fields, fields, str(path))
+        # With target="torchvision": (image, detection target) samples (readers/targets.py).
+        self.target = None
+        if target is not None:
+            check_target(target, label_offset, "CHW", decode)
+            where = str(path)
+            self.target = DetectionTarget.of(self.manifest.fields, where, label_offset, 0.0, masks)
 
     @property
     def manifest(self):
@@ -101,7 +113,12 @@ class PackedDataset(Dataset):
         label: Any = record.label
         if self.fields is not None:
             label = target(record.label, record.fields, self.fields)
-        if self.transform is not None:
+        if self.target is not None:
+            where = self.reader.describe(index)
+            stored = self.target.stored_one(record.fields, record.height, record.width, where)
+            extra = label if isinstance(label, dict) else None
+            image, label = detection_sample(image, with_fields(stored, extra), self.transform)
+        elif self.transform is not None:
             image = self.transform(image)
         if self.target_transform is not None:
             label = self.target_transform(label)
@@ -147,7 +164,7 @@ class DeterministicSampler(Sampler[int]):
 
 def open_dataset(
     path: str | os.PathLike,
-    decode: str = "pil",
+    decode: str | None = None,
     transform: Callable | None = None,
     target_transform: Callable | None = None,
     cache: str | None = None,
@@ -158,6 +175,9 @@ def open_dataset(
     cache_dir: str | os.PathLike | None = None,
     cache_size: int | None = None,
     fields: Sequence[str] | None = None,
+    target: str | None = None,
+    label_offset: int = 1,
+    masks: bool = False,
 ) -> PackedDataset:
     """A map-style ``Dataset`` over the packed dataset at ``path``, format read from its manifest.
 
@@ -165,11 +185,16 @@ def open_dataset(
     ``cache_dir`` / ``cache_size`` (bytes) for the parts downloaded (see readers.remote_parts);
     ``reader_options`` go to the format's reader. ``fields``: per-sample fields to return; the
     target is then a dict ``{"label": ..., name: value}`` (without it: the label, as always).
+    ``target="torchvision"`` (``label_offset``, ``masks``): detection targets with boxes in stored
+    pixels, ``transform`` taking ``(image, target)`` (readers/targets.py); ``decode`` is "pil"
+    (with ``target=``: "tensor") unless given.
     """
     options = merge_remote_options(
         reader_options, storage_options=storage_options, cache_dir=cache_dir, cache_size=cache_size
     )
-    return PackedDataset(path, decode, transform, target_transform, cache, verify, options, fields)
+    return PackedDataset(
+        path, decode, transform, target_transform, cache, verify, options, fields, target, label_offset, masks
+    )
 
 
 __all__ = ["DeterministicSampler", "PackedDataset", "open_dataset"]

@@ -32,6 +32,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from readers.field_collate import field_collate
 from readers.resume import ResumeError, ResumePoint, advance, check_worker_states, loader_workers
 from readers.stream import EpochStream
+from readers.targets import detection_collate
 
 STATE_KEY = "imgpack"
 
@@ -147,7 +148,8 @@ def make_loader(
     ``prefetch_factor``, ``worker_init_fn``, ``collate_fn``...). On the whole-batch path with
     workers, ``prefetch_factor`` defaults to ``WHOLE_BATCH_PREFETCH``; on the per-sample path with
     ``fields=``, ``collate_fn`` defaults to ``readers.field_collate.FieldCollate`` (targets
-    collated as on the whole-batch path).
+    collated as on the whole-batch path), with ``target=`` to ``readers.targets.detection_collate``
+    (lists of images and targets).
     """
     if not isinstance(dataset, EpochStream):
         kind = type(dataset).__name__
@@ -162,8 +164,12 @@ def make_loader(
             loader_options.setdefault("prefetch_factor", WHOLE_BATCH_PREFETCH)
     else:
         dataset.set_loader_batch_size(batch_size)
-        collate = field_collate(dataset) if batch_size is not None else None
-        if collate is not None:  # variable-length fields: default_collate cannot batch them
+        collate: Any = None
+        if batch_size is not None:
+            detection = getattr(getattr(dataset, "spec", None), "target", None) is not None
+            # lists for detection (images differ in size); fields: default_collate cannot batch them
+            collate = detection_collate if detection else field_collate(dataset)
+        if collate is not None:
             loader_options.setdefault("collate_fn", collate)
     if loader_options.get("drop_last"):
         raise ValueError("pass drop_last= to open_iterable: it decides for every rank at once")

@@ -21,12 +21,14 @@ from readers.batch import BatchAssembler
 from readers.bucket_batch import BucketAssembler
 from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
-from readers.fields import as_tensors
 from readers.order import OrderSpec
 from readers.record import Record
 from readers.sample_fields import FieldPlan, common_schema, per_dataset_schema
 from readers.spec import ReadSpec
 from readers.stream import EpochStream
+from readers.targets import KEY as TARGETS_KEY
+from readers.targets import DetectionTarget, received, with_fields
+from readers.targets import sample as detection_sample
 from readers.whole_batch import whole_batch
 
 
@@ -59,6 +61,7 @@ class RecordStream(EpochStream):
             self.assembler = BucketAssembler(spec.buckets, spec.layout, spec.decode_threads, spec.fast_dct,
                                              spec.dct_scaling, float(spec.flip), spec.seed)  # fmt: skip
         self.fields = field_plan(spec, self.field_schemas(), self.where_fields(), self.dataset_names())
+        self.targets = target_plan(spec, self.field_schemas(), self.where_fields())
         self.order = order
         self.set_loader_batch_size(spec.loader_batch_size)
         self.init_stream()
@@ -130,28 +133,43 @@ class RecordStream(EpochStream):
                     yield whole_batch(self.assembler.shared(part, indices, epoch, fields, params))
                 else:
                     images, labels = self.assembler(part, indices=indices, epoch=epoch, params=params)
-                    target = labels if fields is None else {"label": labels, **as_tensors(fields)}
-                    yield whole_batch((self.batch_transform(images), target))
+                    yield whole_batch(received(self.batch_transform(images), labels, fields))
                 continue
             for record, index in zip(part, indices):
                 if self.spec.geometric:
                     image = to_output(self.assembler.one(record, index, epoch), self.decode)
                 else:
                     image = decode_record(record, self.decode)
-                if self.transform is not None:
-                    image = self.transform(image)
-                label: Any = record.label
-                if self.fields is not None:
-                    plan = self.fields
-                    geometry = self._geometries([record], [index], epoch)[0] if plan.wants_geometry else None
-                    source = None
-                    if plan.per_dataset is not None:
-                        source = int(self.record_sources(epoch, np.asarray([index]))[0])
-                    label = plan.one(record.label, record.fields, geometry, source)
+                if self.targets is not None:
+                    image, label = self._detection_sample(image, record, index, epoch)
+                else:
+                    if self.transform is not None:
+                        image = self.transform(image)
+                    label = self._fields_target(record, index, epoch)
                 if self.target_transform is not None:
                     label = self.target_transform(label)
                 self._pass.samples += 1
                 yield image, label
+
+    def _fields_target(self, record: Record, index: int, epoch: int) -> Any:
+        """A per-sample target: the label, or with ``fields=`` the dict of ``FieldPlan.one``."""
+        plan = self.fields
+        if plan is None:
+            return record.label
+        geometry = self._geometries([record], [index], epoch)[0] if plan.wants_geometry else None
+        source = None
+        if plan.per_dataset is not None:
+            source = int(self.record_sources(epoch, np.asarray([index]))[0])
+        return plan.one(record.label, record.fields, geometry, source)
+
+    def _detection_sample(self, image: Any, record: Record, index: int, epoch: int) -> tuple[Any, Any]:
+        """(image, target) of ``target=`` (readers/targets.py), through the (image, target) transform."""
+        assert self.targets is not None
+        geometry = self._geometries([record], [index], epoch)[0]
+        where = self.describe(index) if self.targets.segmentation else ""
+        target = self.targets.one(record.fields, geometry, where)
+        extra = self._fields_target(record, index, epoch) if self.fields is not None else None
+        return detection_sample(image, with_fields(target, extra), self.transform)
 
     def _geometries(self, records: list[Record], indices: Any, epoch: int) -> list[Any]:
         params = self.assembler.params(records, indices, epoch)
@@ -163,6 +181,8 @@ class RecordStream(EpochStream):
         """(the batch's collated fields without the label, or None without ``fields=``; the crop
         and flip parameters drawn for the boxes, or None: the assembler draws its own)."""
         plan = self.fields
+        if self.targets is not None:
+            return self._batch_targets(records, indices, epoch)
         if plan is None:
             return None, None
         sources = self.record_sources(epoch, np.asarray(indices)) if plan.per_dataset is not None else None
@@ -170,6 +190,19 @@ class RecordStream(EpochStream):
         fields = batch_fields(plan, self.assembler, records, params, sources)
         # without random crops or flips the assembler copies raw batches in one go when not given params
         return fields, params if params is not None and self.assembler.augment.active else None
+
+
+    def _batch_targets(self, records: list[Record], indices: Any, epoch: int) -> tuple[dict[str, Any], Any]:
+        """``_batch_fields`` with ``target=``: each sample's NumPy target, shaped where received."""
+        assert self.targets is not None
+        params = self.assembler.params(records, indices, epoch)
+        geometries = self.assembler.sample_geometries(records, params)
+        targets = []
+        for record, index, geometry in zip(records, indices, geometries):
+            target = self.targets.one(record.fields, geometry)
+            extra = self._fields_target(record, index, epoch) if self.fields is not None else None
+            targets.append(with_fields(target, extra))
+        return {TARGETS_KEY: targets}, params if self.assembler.augment.active else None
 
 
 def field_plan(
@@ -200,3 +233,16 @@ def batch_fields(
     loader's for the records its pipeline carried (readers/dali/fields.py)."""
     geometries = assembler.sample_geometries(records, params) if params is not None else None
     return plan.batch([r.fields for r in records], geometries, sources)
+
+
+def target_plan(spec: ReadSpec, schemas: list[dict[str, str]], where: str) -> DetectionTarget | None:
+    """The ``DetectionTarget`` of ``spec.target`` over datasets with these schemas (one for all)."""
+    if spec.target is None:
+        return None
+    if not schemas:
+        raise OptionError(f"{where}: target={spec.target!r} needs a dataset with boxes")
+    options = (spec.label_offset, spec.min_visibility, spec.masks)
+    plans = {DetectionTarget.of(schema, where, *options) for schema in schemas}
+    if len(plans) > 1:
+        raise OptionError(f"{where}: target={spec.target!r} needs the same box fields in every dataset read")
+    return plans.pop()

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from readers.fields import as_tensors
 from readers.process import pid_alive
+from readers.targets import received
 
 MAX_SLOTS = 8  # per worker; a DataLoader keeps prefetch_factor (make_loader: 4) batches per worker in flight
 FREE, BUSY = 0, 1
@@ -188,7 +188,7 @@ def receive(
     images = torch.from_numpy(base).as_strided(shape, stride, offset)
     weakref.finalize(images.untyped_storage(), _mark_free, ring.flags, slot)
     label_tensor = torch.from_numpy(np.frombuffer(labels, dtype=np.int64).copy())
-    return images, label_tensor if fields is None else {"label": label_tensor, **as_tensors(fields)}
+    return received(images, label_tensor, fields)
 
 
 def mapped_rings() -> list[int]:

@@ -25,6 +25,7 @@ from readers.errors import OptionError
 from readers.geometry import RandomResizedCrop, as_pair, crop_fits, flip_probability
 from readers.order import OrderSpec, resolve_rank
 from readers.remote_parts import merge_remote_options
+from readers.targets import check_target
 
 LAYOUTS = ("CHW", "HWC")
 Size = int | tuple[int, int] | None
@@ -72,6 +73,10 @@ class ReadSpec:
     min_visibility: float = _option(0.0)  # a box keeping less of its area after a crop is dropped
     # Batches at the images' own aspect ratios (readers/buckets.py, readers/bucket_order.py).
     buckets: Any = _option(None, ("open_iterable", "dali_loader"))  # dali_loader: its DataLoader path
+    # "torchvision": (image, {"boxes": XYXY, "labels", ...}) samples, list batches (readers/targets.py)
+    target: str | None = _option(None, ITERABLES)
+    label_offset: int = _option(1, ITERABLES)  # labels = class index + label_offset (0: background)
+    masks: bool = _option(False, ITERABLES)  # with target=: COCO segmentations as (N, H, W) masks
     reader_options: dict[str, Any] | None = _option(None)
     storage_options: dict[str, Any] | None = _option(None)
     cache_dir: str | os.PathLike | None = _option(None)
@@ -107,6 +112,9 @@ class ReadSpec:
         self._check_fields()
         if self.buckets is not None:
             set_(self, "buckets", checked_buckets(self.buckets, self))
+        check_target(self.target, self.label_offset, self.layout, self.decode)
+        if self.masks and self.target is None:
+            raise OptionError("masks=True adds masks to target='torchvision' targets: also pass target=")
         self._check_mode()
         # One dict for the format reader: reader_options plus the remote options given directly.
         remote = {

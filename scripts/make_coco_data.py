@@ -1,6 +1,7 @@
 """A generated COCO detection set (boxes drawn into the pixels; see tests/cocodata.py).
 
 python scripts/make_coco_data.py coco --count 300    # coco/instances.json + coco/images/
+python scripts/make_coco_data.py coco --segmentation # each box's rectangle as a polygon too
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.cocodata import make_coco  # noqa: E402
+from tests.cocodata import add_rectangle_polygons, make_coco  # noqa: E402
 
 
 def main() -> int:
@@ -22,8 +23,10 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--count", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--segmentation", action="store_true", help="rectangle polygons as segmentations")
     args = parser.parse_args()
-    print(make_coco(args.out, count=args.count, seed=args.seed))
+    coco = make_coco(args.out, count=args.count, seed=args.seed)
+    print(add_rectangle_polygons(coco) if args.segmentation else coco)
     return 0
 
 

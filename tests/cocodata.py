@@ -111,3 +111,13 @@ def draw_rectangles(root: Path, count: int, height: int = 60, width: int = 80) -
         pixels[y : y + h, x : x + w] = 255
         Image.fromarray(pixels).save(root / f"{i:02d}.png")
     return root
+
+
+def add_rectangle_polygons(coco: Path) -> Path:
+    """Give every annotation of a ``make_coco`` file its rectangle as a COCO polygon segmentation."""
+    data = json.loads(coco.read_text())
+    for ann in data["annotations"]:
+        x, y, w, h = ann["bbox"]
+        ann["segmentation"] = [[x, y, x + w, y, x + w, y + h, x, y + h]]
+    coco.write_text(json.dumps(data))
+    return coco

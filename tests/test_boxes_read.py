@@ -201,7 +201,8 @@ def test_tfrecord_boxes_parse_with_the_tfrecord_package(coco_tfrecord):
         keys = [f"image/object/bbox/{k}" for k in ("xmin", "ymin", "xmax", "ymax")]
         boxes = _tfrecord_boxes(*(example.get(k, []) for k in keys), height, width)
         np.testing.assert_allclose(boxes, target["boxes"], atol=1e-3)
-        labels = np.asarray(example.get("image/object/class/label", []), np.int64).reshape(-1)
+        # the TF Object Detection API's convention: labels from 1 (0 is the background)
+        labels = np.asarray(example.get("image/object/class/label", []), np.int64).reshape(-1) - 1
         assert labels.tolist() == target["categories"].tolist()
         pixels = np.asarray(
             Image.open(__import__("io").BytesIO(bytes(example["image/encoded"]))).convert("RGB")
@@ -251,6 +252,6 @@ def test_tfrecord_boxes_parse_with_dali(coco_tfrecord):
             boxes = _tfrecord_boxes(xmin, ymin, xmax, ymax, int(height[0]), int(width[0]))
             _, target = ours[seen]
             np.testing.assert_allclose(boxes, target["boxes"], atol=1e-3)
-            assert labels.reshape(-1).tolist() == target["categories"].tolist()
+            assert (labels.reshape(-1) - 1).tolist() == target["categories"].tolist()
             seen += 1
     assert seen == 200

@@ -120,7 +120,8 @@ def test_every_block_is_run_or_says_why_not():
                 f"{block.where}: no block that runs on {value} holds this one"
             )
     skipped = [b for b in blocks if b.marker and b.marker[0] == "not run"]
-    assert len(skipped) <= 4, [(b.where, b.marker) for b in skipped]  # most of the docs run
+    # most of the docs run; the fifth: torchvision's models, which CI cannot install (docs/detection.md)
+    assert len(skipped) <= 5, [(b.where, b.marker) for b in skipped]
     assert sum(b.lang == "python" and b.runnable for b in blocks) >= 5
 
 

@@ -8,6 +8,8 @@ readers/formats/tfrecord.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from packer.formats.base import PartResult, add_label_runs
 from packer.formats.rolling import RollingPartWriter, RollingWriter
 from packer.preprocess import PackedSample
@@ -25,11 +27,13 @@ from readers.formats.tfrecord.reader import (
 from readers.manifest import Shard
 
 
-def example_bytes(sample: PackedSample, schema: dict[str, str] | None = None) -> bytes:
+def example_bytes(
+    sample: PackedSample, schema: dict[str, str] | None = None, classes: Sequence[str] = ()
+) -> bytes:
     """The serialized ``tf.train.Example`` of one sample (ImageNet conversion feature names, the
     fields as the TF Object Detection API names them: readers/formats/tfrecord/fields.py)."""
     image_format = FORMAT_NAMES.get(sample.encoding) or image_ext(sample).upper()
-    fields = field_features(schema, sample.fields, sample.height, sample.width) if schema else {}
+    fields = field_features(schema, sample.fields, sample.height, sample.width, classes) if schema else {}
     return encode_example(
         {
             META_FEATURE.decode(): [sample.label, sample.height, sample.width, sample.channels],
@@ -51,7 +55,7 @@ class TfrecordPartWriter(RollingPartWriter):
     suffix = ".tfrecord"
 
     def encode(self, sample: PackedSample) -> tuple[bytes, int]:
-        record = frame(example_bytes(sample, self.fields))
+        record = frame(example_bytes(sample, self.fields, self.classes))
         return record, len(record)
 
     def index_text(self, entries: list[tuple[int, int]]) -> str:
