@@ -22,7 +22,6 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -38,9 +37,19 @@ from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.job import PackJob, PartsRun
 from packer.lifetime import die_with_parent
-from packer.output import LocalOutput, Output, OutputLock, check_not_source, open_output, remove_temporaries
-from packer.pack_order import misnumbered, order_record, ordered_items, planned_firsts, write_source_paths
+from packer.output import (
+    LocalOutput,
+    Output,
+    OutputLock,
+    check_not_source,
+    open_output,
+    remove_part_files,
+    remove_temporaries,
+)
+from packer.pack_order import order_record, ordered_items, write_source_paths
+from packer.part_plan import Lookahead, Plan, fill_part, plan_parts
 from packer.parts import (
+    SOURCE_COUNT_KEY,
     Failure,
     field_counts,
     one_line,
@@ -61,6 +70,7 @@ from readers.remote import is_url
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
 StorageOptions = dict[str, Any] | None
+MAX_ROUNDS = 4  # cuts re-planned as skips become known: 2 rounds at most for a stable source
 URL_CHUNK = 32  # from a URL source: more reads in flight per task (measured ~25% faster than 8)
 
 
@@ -224,17 +234,35 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
 def _run_local(job: PackJob, run: PartsRun) -> None:
     """Parts are written in order here, so each one's first dataset index is exact."""
     writer = run.writer
-    todo = [(p, items) for p, items in run.parts if p not in run.done]
-    for p, _ in todo:
-        for path in writer.part_files(p):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    todo_items = itertools.chain.from_iterable(items for _, items in todo)
+    for p, _ in run.parts:
+        remove_part_files(writer, p)
+    todo_items = itertools.chain.from_iterable(items for _, items in run.parts)
     stream = preprocessed(todo_items, job.spec, job.workers, job.storage_options, writer.fields)
     with contextlib.closing(stream):
-        for p, items in todo:
+        for p, items in run.parts:
             results = (next(stream) for _ in range(len(items)))
-            first = planned_firsts(run.parts, run.done)[p]
-            run.finished(p, write_part(writer, p, results, job.on_error, run.progress.update, first))
+            first, start = run.firsts[p], run.starts[p]
+            run.finished(p, write_part(writer, p, results, job.on_error, run.progress.update, first, start))
+
+
+def _run_local_kept(job: PackJob, run: PartsRun, items: Any, plan: Plan, per_part: int) -> None:
+    """Parts of ``per_part`` kept samples, filled in order from one stream of results, so each
+    one's cut is exact the first time (packer/part_plan.py); from where the written ones end."""
+    writer = run.writer
+    part, start = plan.resume(run.done)
+    for p in sorted(p for p in run.done if p >= part):  # provisional parts (a Ray run before)
+        run.sink.drop_part(writer, run.done.pop(p))
+    for p in range(part, max((c.part for c in plan.cuts), default=0) + 1):
+        remove_part_files(writer, p)  # what a killed attempt left
+    stream = preprocessed(items[start:], job.spec, job.workers, job.storage_options, writer.fields)
+    with contextlib.closing(stream):
+        results = Lookahead(stream)
+        while results.more():
+            filled = fill_part(results, per_part)
+            done = write_part(writer, part, filled, job.on_error, run.progress.update, part * per_part, start)
+            run.finished(part, done)
+            start += done.extra[SOURCE_COUNT_KEY]
+            part += 1
 
 
 def pack_folder(
@@ -338,28 +366,38 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
 
     save()  # from the start: any kill leaves a resumable output
     items = ordered_items(scan.items, job.order["kind"], job.order["seed"])
-    per_part = writer.samples_per_part(len(items))
-    parts = [(i // per_part, items[i : i + per_part]) for i in range(0, len(items), per_part)]
     if job.engine not in ("local", "ray"):
         raise ImgpackError(f"unknown engine {job.engine!r}; use local or ray")
-    firsts = planned_firsts(parts, done)
-    while True:
-        remaining = sum(len(items) for p, items in parts if p not in done)
+    per_part, by_kept = writer.samples_per_part(len(items)), writer.parts_hold_kept()
+    for _ in range(MAX_ROUNDS):
+        plan = plan_parts(len(items), per_part, by_kept, done)
+        for p in [p for p, result in done.items() if not plan.fits(result, writer.stores_indices)]:
+            sink.drop_part(writer, done.pop(p))  # cut otherwise now that more skips are known
+        todo = [c for c in plan.cuts if c.part not in done]
+        if not todo:
+            break
+        save()
+        pool_fills = job.engine == "local" and by_kept
+        remaining = len(items) - plan.resume(done)[1] if pool_fills else sum(c.stop - c.start for c in todo)
         desc = f"pack {job.fmt}"
         with tqdm(total=remaining, unit="img", disable=job.quiet, desc=desc, dynamic_ncols=True) as bar:
-            run = PartsRun(writer, parts, done, sink, bar, save, firsts)
-            if job.engine == "local":
+            parts = [(c.part, items[c.start : c.stop]) for c in todo]
+            run = PartsRun(writer, parts, done, sink, bar, save,
+                           {c.part: c.first for c in todo}, {c.part: c.start for c in todo})  # fmt: skip
+            if pool_fills:
+                _run_local_kept(job, run, items, plan, per_part)
+            elif job.engine == "local":
                 _run_local(job, run)
             else:
                 from packer.ray_engine import run_ray
 
                 run_ray(job, run)
-        stale = misnumbered(parts, done) if writer.stores_indices else []
-        if not stale:
-            break
-        firsts = planned_firsts(parts, done)  # every part's count is known now: exact
-        for p in stale:  # numbered before the skips ahead of them were known: written again
-            del done[p]
+    else:
+        raise ImgpackError(
+            f"{scan.root}: files decoded differently on each attempt (changed while packing?); "
+            "re-run with --resume once the source is stable"
+        )
+    parts = [(c.part, items[c.start : c.stop]) for c in plan.cuts]
     results = [done[p] for p, _ in parts]
     with _writing(work, "source paths"):
         write_source_paths(work, parts, done)

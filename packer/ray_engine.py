@@ -60,16 +60,18 @@ def _pack_part(
     sink: Any = None,
     storage_options: dict[str, Any] | None = None,
     first: int = 0,
+    start: int = 0,
 ) -> dict[str, Any]:
     """The task: preprocess and write one part (reading URL sources itself); with a remote
     ``sink``, in a temporary folder on this node, uploaded from here when complete. Its samples
-    are numbered from ``first`` (packer/pack_order.py)."""
+    are numbered from ``first``; they start at ``start`` in the pack order (packer/part_plan.py)."""
     results = _watched(preprocess_items(items, spec, storage_options, writer.fields), driver)
     if sink is None or not sink.remote:
-        return part_to_dict(write_part(writer, part, results, on_error, first=first))
+        return part_to_dict(write_part(writer, part, results, on_error, first=first, start=start))
     with tempfile.TemporaryDirectory(prefix="imgpack-part-") as tmp:
         local = writer.at(Path(tmp))
-        return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error, first=first)))
+        written = write_part(local, part, results, on_error, first=first, start=start)
+        return part_to_dict(sink.part_done(local, written))
 
 
 def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
@@ -135,8 +137,9 @@ def run_ray(job: PackJob, run: PartsRun) -> None:
     try:
         task = ray.remote(_pack_part)
         common = (job.spec, job.on_error, driver, sink, job.storage_options)
+        place = {p: (run.firsts.get(p, 0), run.starts.get(p, 0)) for p, _ in run.parts}
         pending = {
-            task.remote(staged, p, items, *common, run.firsts.get(p, 0)): (p, len(items))
+            task.remote(staged, p, items, *common, *place[p]): (p, len(items))
             for p, items in run.parts
             if p not in run.done
         }
