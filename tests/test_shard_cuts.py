@@ -187,3 +187,32 @@ def test_ray_to_s3_drops_the_parts_the_re_cut_no_longer_has(ray_cluster, s3, src
     assert_cut_at_indices(url, storage)
     pack_folder(src, tmp_path / "local", fmt, SPEC, workers=1, options=options)
     assert download_tree(fs, url, tmp_path / "got") == digest_tree(tmp_path / "local")  # nothing stray
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_re_cut_task_copies_carried_results_and_decodes_only_the_rest(ray_cluster, src, monkeypatch):
+    """The Ray re-cut copies encoded samples from the earlier tasks' results instead of decoding
+    them again (packer/ray_carry.py)."""
+    import ray
+
+    from packer import ray_carry
+    from packer.parts import preprocess_items
+
+    items = list(scan_folder(src).items[:30])
+    earlier = list(preprocess_items(items[:20], SPEC))
+    decoded = []
+
+    def counting(chunk, *args):
+        decoded.extend(item.rel for item in chunk)
+        return preprocess_items(chunk, *args)
+
+    monkeypatch.setattr(ray_carry, "preprocess_items", counting)
+    sources = ray_carry.overlapping({0: (20, ray.put(earlier)), 40: (10, ray.put([]))}, 5, 25)
+    assert [s for s, _, _ in sources] == [0]
+    got = list(ray_carry.carried_or_preprocessed(items[5:30], 5, sources, SPEC, None, None))
+    assert decoded == [item.rel for item in items[20:30]]  # only the files no earlier task held
+    fresh = list(preprocess_items(items[5:30], SPEC))
+    assert [(r.rel, r.data) if not isinstance(r, tuple) else r for r in got] == [
+        (r.rel, r.data) if not isinstance(r, tuple) else r for r in fresh
+    ]
