@@ -70,6 +70,8 @@ class Plan:
 def plan_parts(total: int, per_part: int, by_kept: bool, done: dict[int, PartResult]) -> Plan:
     """The cut of ``total`` source files into parts of ``per_part`` kept samples (``by_kept``) or
     source files, as far as the parts written (``done``) tell."""
+    if total == 0:
+        return Plan([], 0, 0)
     if not by_kept:
         return _source_cut(total, per_part, done)
     kept, known = _known_kept(done)
@@ -98,8 +100,6 @@ def _source_cut(total: int, per_part: int, done: dict[int, PartResult]) -> Plan:
         stop = min(total, start + per_part)
         cuts.append(Cut(k, start, stop, first))
         first += done[k].count if k in done else stop - start  # assumed: no skips where unknown
-    if not cuts:
-        cuts.append(Cut(0, 0, 0, 0))
     return Plan(cuts, len(cuts), total)
 
 

@@ -216,3 +216,35 @@ def test_a_re_cut_task_copies_carried_results_and_decodes_only_the_rest(ray_clus
     assert [(r.rel, r.data) if not isinstance(r, tuple) else r for r in got] == [
         (r.rel, r.data) if not isinstance(r, tuple) else r for r in fresh
     ]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_pool_s_fill_and_the_exact_cut_agree_on_any_skips(seed):
+    """The two ways of cutting (the pool filling parts from a stream, the plan from the skips
+    the written parts recorded) give the same parts, and each part but the last holds N."""
+    import numpy as np
+
+    from packer.formats import PartResult
+    from packer.part_plan import Lookahead, fill_part, plan_parts
+    from packer.parts import FIRST_KEY, SKIPPED_AT_KEY, SOURCE_COUNT_KEY, SOURCE_START_KEY
+
+    rng = np.random.default_rng(seed)
+    total, per_part = int(rng.integers(1, 60)), int(rng.integers(1, 8))
+    skip = rng.random(total) < rng.choice([0.0, 0.2, 0.6])
+    stream = Lookahead(iter([(i, f"f{i}", "bad") if skip[i] else object() for i in range(total)]))
+    done, start, part = {}, 0, 0
+    while stream.more():
+        taken = list(fill_part(stream, per_part))
+        skipped = [i for i, r in enumerate(taken) if isinstance(r, tuple)]
+        extra = {FIRST_KEY: part * per_part, SKIPPED_AT_KEY: skipped, SOURCE_START_KEY: start,
+                 SOURCE_COUNT_KEY: len(taken)}  # fmt: skip
+        done[part] = PartResult(part, [], [], extra)
+        start, part = start + len(taken), part + 1
+    assert start == total
+    kept = [r.extra[SOURCE_COUNT_KEY] - len(r.extra[SKIPPED_AT_KEY]) for r in done.values()]
+    if (~skip).any():
+        assert kept[:-1] == [per_part] * (len(kept) - 1) and 0 < kept[-1] <= per_part
+    plan = plan_parts(total, per_part, True, done)
+    where = {p: (r.extra[SOURCE_START_KEY], r.extra[SOURCE_COUNT_KEY]) for p, r in done.items()}
+    assert [(c.part, c.start, c.stop) for c in plan.cuts] == [(p, a, a + n) for p, (a, n) in where.items()]
+    assert all(plan.fits(r, check_first=True) for r in done.values())
