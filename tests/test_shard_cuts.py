@@ -5,8 +5,6 @@ the same bytes on every path, and after a kill and `--resume` (packer/part_plan.
 from __future__ import annotations
 
 import json
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from packer.source import scan_folder
 from readers import open_dataset, read_manifest, source_paths
 from readers.formats import format_names
 from tests.helpers_formats import numbered_and_not
-from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_started
+from tests.packrun import SLOW_PACK, copy_source, kill_after_parts, run_pack
 from tests.test_pack_order import SPEC, digest_tree
 
 PER_SHARD = 10
@@ -143,14 +141,7 @@ def test_kill_9_mid_pack_then_resume_gives_the_uninterrupted_pack(src, tmp_path,
     rc, text = run_pack(src, "-o", tmp_path / "whole", *args)
     assert rc == 0, text
     out = tmp_path / "resumed"
-    proc = start_pack(src, "-o", out, *args)
-    wait_started(out, proc)
-    deadline = time.monotonic() + 60
-    while len(json.loads((out / PROGRESS_NAME).read_text() or "{}").get("parts", [])) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline, "no part finished before the pack ended"
-        time.sleep(0.02)
-    kill_group(proc.pid)
-    assert proc.wait() == -signal.SIGKILL
+    kill_after_parts(src, out, args, parts=2)
     rc, text = run_pack(src, "-o", out, *args, "--resume")
     assert rc == 0, text
     assert_cut_at_indices(out)
