@@ -167,8 +167,10 @@ def main(debug: bool) -> None:
     help="local: a process pool on this machine; ray: one Ray task per part (see --shards).",
 )
 @click.option("--ray-address", default=None, help="Ray cluster to join (default: start a local one).")
-@click.option("--shards", type=click.IntRange(min=1), default=None, help="Split into N shards/files.")
-@click.option("--samples-per-shard", type=click.IntRange(min=1), default=None)
+@click.option("--shards", type=click.IntRange(min=1), default=None,
+              help="Split the source into N parts of ceil(files/N) source files each.")  # fmt: skip
+@click.option("--samples-per-shard", type=click.IntRange(min=1), default=None,
+              help="N kept samples a part (the last holds the rest), whatever is skipped.")  # fmt: skip
 @click.option(
     "--shard-size",
     default=None,

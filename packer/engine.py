@@ -1,9 +1,9 @@
 """Running a pack: scan, cut into parts, preprocess in parallel, write in order, manifest last.
 
 Engines:
-- ``local`` (default): a process pool preprocesses samples (a bounded window of small chunks in
-  flight, so memory does not grow with the dataset); the main process writes them strictly in
-  source order, so the output is byte-identical for any number of workers.
+- ``local`` (default): a process pool (packer/pool.py) preprocesses samples (a bounded window
+  of small chunks in flight, so memory does not grow with the dataset); the main process writes
+  them strictly in source order, so the output is byte-identical for any number of workers.
 - ``ray``: one Ray task per part, each preprocessing and writing its own part files on storage
   all nodes share; the driver merges their results into the manifest.
 
@@ -22,46 +22,46 @@ import hashlib
 import itertools
 import json
 import os
-import shutil
-import signal
 import sys
 import time
-from collections import deque
-from collections.abc import Generator, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.job import PackJob, PartsRun
-from packer.lifetime import die_with_parent
-from packer.output import LocalOutput, Output, OutputLock, check_not_source, open_output, remove_temporaries
-from packer.pack_order import misnumbered, order_record, ordered_items, planned_firsts, write_source_paths
+from packer.output import (
+    LocalOutput,
+    Output,
+    OutputLock,
+    check_not_source,
+    open_output,
+    remove_part_files,
+    remove_temporaries,
+)
+from packer.pack_order import order_record, ordered_items, write_source_paths
+from packer.part_plan import Lookahead, Plan, fill_part, plan_parts
 from packer.parts import (
-    Failure,
+    SOURCE_COUNT_KEY,
     field_counts,
     one_line,
     part_from_dict,
     part_to_dict,
-    preprocess_chunk,
     write_part,
 )
-from packer.preprocess import PackedSample, PreprocessSpec
+from packer.pool import preprocessed
+from packer.preprocess import PreprocessSpec
 from packer.sizes import merge_sizes
-from packer.source import SourceItem, SourceScan, scan_folder
-from packer.source_items import chunked, rel_run
+from packer.source import SourceScan, scan_folder
+from packer.source_items import rel_run
 from readers.errors import ImgpackError, OptionError
 from readers.manifest import PROGRESS_NAME, Manifest, write_atomic, write_manifest
 from readers.order import PACK_ORDERS
 from readers.remote import is_url
 
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap
 StorageOptions = dict[str, Any] | None
-URL_CHUNK = 32  # from a URL source: more reads in flight per task (measured ~25% faster than 8)
+MAX_ROUNDS = 4  # cuts re-planned as skips become known: 2 rounds at most for a stable source
 
 
 @dataclass
@@ -81,85 +81,6 @@ class PackReport:
     @property
     def images_per_second(self) -> float:
         return (self.packed + self.skipped) / self.seconds if self.seconds > 0 else 0.0
-
-
-def preprocessed(
-    items: Iterable[SourceItem],
-    spec: PreprocessSpec,
-    workers: int,
-    storage_options: dict[str, Any] | None = None,
-    schema: dict[str, str] | None = None,
-) -> Generator[PackedSample | Failure, None, None]:
-    """Results for ``items`` in source order, computed by ``workers`` processes (boxes of a field
-    ``schema`` moved with the pixels there).
-
-    ``items`` is read lazily, a window of chunks ahead of the results (never listed whole).
-    Close the generator (``contextlib.closing``) when stopping early: its pool is torn down then.
-    """
-    items = iter(items)
-    head = next(items, None)
-    if head is None:
-        return
-    size = URL_CHUNK if is_url(head.path) else CHUNK
-    chunks = chunked(itertools.chain([head], items), size)
-    first = next(chunks)
-    if workers <= 1:
-        for chunk in itertools.chain([first], chunks):
-            yield from preprocess_chunk(chunk, spec, storage_options, schema)
-        return
-    method = "fork" if "fork" in _start_methods() else "spawn"
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=get_context(method),
-        initializer=_worker_init,
-        initargs=(os.getpid(),),
-    )
-    in_flight: deque = deque()
-    completed = False
-    try:
-        window = workers * 4
-        # The workers start on the first submit; an interrupt must not reach one before its
-        # initializer has set it to ignore interrupts, so they are held until then.
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
-            in_flight.append(pool.submit(preprocess_chunk, first, spec, storage_options, schema))
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        for chunk in chunks:
-            in_flight.append(pool.submit(preprocess_chunk, chunk, spec, storage_options, schema))
-            if len(in_flight) >= window:
-                yield from in_flight.popleft().result()
-        while in_flight:
-            yield from in_flight.popleft().result()
-        completed = True
-    finally:
-        if not completed:
-            # Interrupted or failed: stop the workers now rather than wait for their chunks
-            # (waiting on a pool mid-interrupt is what used to hang).
-            processes = list((pool._processes or {}).values())
-            for process in processes:
-                process.kill()
-            for process in processes:
-                process.join(5)
-            # A worker killed while sending its result leaves half a message in the result pipe,
-            # and the pool's manager thread would wait for the rest forever (seen 1 in 20 Ctrl-Cs);
-            # with the last writer closed it reads end-of-file instead and shuts down.
-            pool._result_queue._writer.close()  # type: ignore[attr-defined]  # private: see above
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _worker_init(parent: int) -> None:
-    """Pool workers leave interrupts to the parent and die when it dies (even by kill -9)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    die_with_parent(parent)
-
-
-def _start_methods() -> list[str]:
-    from multiprocessing import get_all_start_methods
-
-    return get_all_start_methods()
 
 
 # -- progress and resume -------------------------------------------------------------------------
@@ -224,17 +145,35 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
 def _run_local(job: PackJob, run: PartsRun) -> None:
     """Parts are written in order here, so each one's first dataset index is exact."""
     writer = run.writer
-    todo = [(p, items) for p, items in run.parts if p not in run.done]
-    for p, _ in todo:
-        for path in writer.part_files(p):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    todo_items = itertools.chain.from_iterable(items for _, items in todo)
+    for p, _ in run.parts:
+        remove_part_files(writer, p)
+    todo_items = itertools.chain.from_iterable(items for _, items in run.parts)
     stream = preprocessed(todo_items, job.spec, job.workers, job.storage_options, writer.fields)
     with contextlib.closing(stream):
-        for p, items in todo:
+        for p, items in run.parts:
             results = (next(stream) for _ in range(len(items)))
-            first = planned_firsts(run.parts, run.done)[p]
-            run.finished(p, write_part(writer, p, results, job.on_error, run.progress.update, first))
+            first, start = run.firsts[p], run.starts[p]
+            run.finished(p, write_part(writer, p, results, job.on_error, run.progress.update, first, start))
+
+
+def _run_local_kept(job: PackJob, run: PartsRun, items: Any, plan: Plan, per_part: int) -> None:
+    """Parts of ``per_part`` kept samples, filled in order from one stream of results, so each
+    one's cut is exact the first time (packer/part_plan.py); from where the written ones end."""
+    writer = run.writer
+    part, start = plan.resume(run.done)
+    for p in sorted(p for p in run.done if p >= part):  # provisional parts (a Ray run before)
+        run.sink.drop_part(writer, run.done.pop(p))
+    for p in range(part, max((c.part for c in plan.cuts), default=0) + 1):
+        remove_part_files(writer, p)  # what a killed attempt left
+    stream = preprocessed(items[start:], job.spec, job.workers, job.storage_options, writer.fields)
+    with contextlib.closing(stream):
+        results = Lookahead(stream)
+        while results.more():
+            filled = fill_part(results, per_part)
+            done = write_part(writer, part, filled, job.on_error, run.progress.update, part * per_part, start)
+            run.finished(part, done)
+            start += done.extra[SOURCE_COUNT_KEY]
+            part += 1
 
 
 def pack_folder(
@@ -317,11 +256,49 @@ def _open(
     return (LocalOutput(Path(out)), *open_output(Path(out), force, resume))
 
 
+def _run_rounds(
+    job: PackJob, writer: FormatWriter, sink: Output, items: Any, done: dict[int, PartResult], save: Any
+) -> Plan:
+    """Write the parts, re-planning the cut as the skips become known, until every part of the
+    plan is written and fits it (packer/part_plan.py); the final plan."""
+    from tqdm import tqdm
+
+    per_part, by_kept = writer.samples_per_part(len(items)), writer.parts_hold_kept()
+    carry: dict[str, Any] = {}  # what the engine keeps between rounds (Ray: carried results)
+    for _ in range(MAX_ROUNDS):
+        plan = plan_parts(len(items), per_part, by_kept, done)
+        for p in [p for p, result in done.items() if not plan.fits(result, writer.stores_indices)]:
+            sink.drop_part(writer, done.pop(p))  # cut otherwise now that more skips are known
+        todo = [c for c in plan.cuts if c.part not in done]
+        if not todo:
+            break
+        save()
+        pool_fills = job.engine == "local" and by_kept
+        remaining = len(items) - plan.resume(done)[1] if pool_fills else sum(c.stop - c.start for c in todo)
+        desc = f"pack {job.fmt}"
+        with tqdm(total=remaining, unit="img", disable=job.quiet, desc=desc, dynamic_ncols=True) as bar:
+            parts = [(c.part, items[c.start : c.stop]) for c in todo]
+            firsts, starts = {c.part: c.first for c in todo}, {c.part: c.start for c in todo}
+            run = PartsRun(writer, parts, done, sink, bar, save, firsts, starts, carry)
+            if pool_fills:
+                _run_local_kept(job, run, items, plan, per_part)
+            elif job.engine == "local":
+                _run_local(job, run)
+            else:
+                from packer.ray_engine import run_ray
+
+                run_ray(job, run)
+    else:
+        raise ImgpackError(
+            f"{job.scan.root}: files decoded differently on each attempt (changed while packing?); "
+            "re-run with --resume once the source is stable"
+        )
+    return plan
+
+
 def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     """The pack proper, by ``writer`` into ``writer.out`` (``out``, its staging sibling, or the
     local staging folder of a URL output), the lock on it held; ``sink`` takes the parts."""
-    from tqdm import tqdm
-
     work, scan = writer.out, job.scan
     fingerprint = _fingerprint(scan, job.fmt, job.spec, job.options, job.order)
     remove_temporaries(work)
@@ -338,28 +315,16 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
 
     save()  # from the start: any kill leaves a resumable output
     items = ordered_items(scan.items, job.order["kind"], job.order["seed"])
-    per_part = writer.samples_per_part(len(items))
-    parts = [(i // per_part, items[i : i + per_part]) for i in range(0, len(items), per_part)]
     if job.engine not in ("local", "ray"):
         raise ImgpackError(f"unknown engine {job.engine!r}; use local or ray")
-    firsts = planned_firsts(parts, done)
-    while True:
-        remaining = sum(len(items) for p, items in parts if p not in done)
-        desc = f"pack {job.fmt}"
-        with tqdm(total=remaining, unit="img", disable=job.quiet, desc=desc, dynamic_ncols=True) as bar:
-            run = PartsRun(writer, parts, done, sink, bar, save, firsts)
-            if job.engine == "local":
-                _run_local(job, run)
-            else:
-                from packer.ray_engine import run_ray
+    session: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if job.engine == "ray":
+        from packer.ray_engine import ray_session
 
-                run_ray(job, run)
-        stale = misnumbered(parts, done) if writer.stores_indices else []
-        if not stale:
-            break
-        firsts = planned_firsts(parts, done)  # every part's count is known now: exact
-        for p in stale:  # numbered before the skips ahead of them were known: written again
-            del done[p]
+        session = ray_session(job.ray_address)
+    with session:
+        plan = _run_rounds(job, writer, sink, items, done, save)
+    parts = [(c.part, items[c.start : c.stop]) for c in plan.cuts]
     results = [done[p] for p, _ in parts]
     with _writing(work, "source paths"):
         write_source_paths(work, parts, done)

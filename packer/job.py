@@ -42,6 +42,8 @@ class PartsRun:
     progress: Any  # a tqdm bar
     save: Callable[[], None]
     firsts: dict[int, int] = field(default_factory=dict)  # each part's first dataset index (planned)
+    starts: dict[int, int] = field(default_factory=dict)  # where each part starts in the pack order
+    carry: dict[str, Any] = field(default_factory=dict)  # what an engine keeps across re-cuts
 
     def finished(self, part: int, result: PartResult) -> None:
         self.done[part] = self.sink.part_done(self.writer, result)

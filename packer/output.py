@@ -66,6 +66,10 @@ class Output(Protocol):
         """Whether a part recorded as done is still whole (checked on --resume)."""
         ...
 
+    def drop_part(self, writer: FormatWriter, result: PartResult) -> None:
+        """Delete a written part that the pack's cut no longer has (packer/part_plan.py)."""
+        ...
+
     def saved(self, work: Path) -> None:
         """The progress file in ``work`` was rewritten."""
         ...
@@ -103,6 +107,9 @@ class LocalOutput:
     def part_intact(self, writer: FormatWriter, result: PartResult) -> bool:
         return writer.part_intact(result)
 
+    def drop_part(self, writer: FormatWriter, result: PartResult) -> None:
+        remove_part_files(writer, result.part)
+
     def saved(self, work: Path) -> None:
         pass
 
@@ -118,6 +125,12 @@ class LocalOutput:
         clear_ours(work, "remove")  # a staging sibling goes, ``out`` stays as it was
         if work != self.out:
             work.rmdir()
+
+
+def remove_part_files(writer: FormatWriter, part: int) -> None:
+    """Delete the files of ``part`` below ``writer.out`` (what a part left, whole or not)."""
+    for path in writer.part_files(part):
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def staging_dir(out: Path) -> Path:

@@ -7,10 +7,8 @@ table as an index array (no per-file Python objects) and the parts are cut from 
 sequence, so every engine and worker count writes the same bytes.
 
 A kept sample's dataset index is its part's first index plus its position among the part's
-kept samples. The first index of a part is only known once the parts ahead of it are written
-(a file that fails to decode is found out in a worker); the local engine writes parts in order,
-so it always knows it; Ray tasks run side by side and assume no skips ahead, and a part whose
-samples carry their index (tar keys) is written again when that assumption was wrong.
+kept samples; where the parts are cut, and how a cut is corrected once the skips are known, is
+packer/part_plan.py.
 
 ``source-paths.nul`` maps dataset index -> source path: the relative path of every sample, in
 dataset order, UTF-8 (``surrogateescape``) and NUL-terminated (``readers.sample_sources``).
@@ -25,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from packer.formats import PartResult
-from packer.parts import FIRST_KEY, SKIPPED_AT_KEY
+from packer.parts import SKIPPED_AT_KEY
 from packer.source_items import SourceItems, rel_run
 from readers.order import pack_order
 from readers.sample_sources import SOURCE_PATHS_NAME
@@ -46,22 +44,6 @@ def ordered_items(items: Sequence[Any], kind: str, seed: int) -> Sequence[Any]:
 def order_record(kind: str, seed: int) -> dict[str, Any]:
     """What the manifest records about the order (``extra["order"]``)."""
     return {"kind": kind, "seed": seed if kind == "shuffled" else None, "paths": SOURCE_PATHS_NAME}
-
-
-def planned_firsts(parts: Parts, done: dict[int, PartResult]) -> dict[int, int]:
-    """Each part's first dataset index: counted from the parts written, assuming no skips in
-    the others."""
-    firsts, at = {}, 0
-    for p, items in parts:
-        firsts[p] = at
-        at += done[p].count if p in done else len(items)
-    return firsts
-
-
-def misnumbered(parts: Parts, done: dict[int, PartResult]) -> list[int]:
-    """Written parts whose samples were numbered from another first index than they now have."""
-    firsts = planned_firsts(parts, done)
-    return [p for p, _ in parts if p in done and done[p].extra.get(FIRST_KEY, firsts[p]) != firsts[p]]
 
 
 def write_source_paths(work: Path, parts: Parts, done: dict[int, PartResult]) -> Path:

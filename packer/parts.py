@@ -27,6 +27,8 @@ from readers.remote import is_url
 Failure = tuple[int, str, str]  # (source index, relative path, reason)
 FIRST_KEY = "first"  # PartResult.extra: the dataset index the part's first sample was given
 SKIPPED_AT_KEY = "skipped_at"  # PartResult.extra: positions in the part of the files skipped
+SOURCE_START_KEY = "source_start"  # PartResult.extra: pack-order position of its first source file
+SOURCE_COUNT_KEY = "source_count"  # PartResult.extra: how many source files it took (packer/part_plan.py)
 FIELD_COUNTS_KEY = "field_counts"  # in a part's extra: how many of its samples set each field
 BLOCK = 32  # items preprocessed (and, from a URL, read) together inside one task
 
@@ -77,11 +79,13 @@ def write_part(
     on_error: str,
     tick: Callable[[int], None] = lambda n: None,
     first: int = 0,
+    start: int = 0,
 ) -> PartResult:
     """Feed one part's results to a fresh part writer; failures become skips (or an error).
 
     The samples kept are numbered ``first``, ``first + 1``, ... (their dataset indices, with no
-    gap where a file was skipped); ``extra`` records ``first`` and the part positions skipped."""
+    gap where a file was skipped); ``extra`` records ``first``, the part positions skipped, and
+    where the part's files start in the pack order (``start``) and how many it took."""
     part_writer = writer.open_part(part)
     part_writer.fields = writer.fields  # the schema of the fields its samples carry
     part_writer.classes = writer.classes
@@ -89,8 +93,10 @@ def write_part(
     skipped_at: list[int] = []
     sizes = SizeTally()
     filled: dict[str, int] = {}
+    taken = 0
     try:
         for position, result in enumerate(results):
+            taken = position + 1
             if isinstance(result, tuple):
                 _, rel, reason = result
                 if on_error == "fail":
@@ -115,6 +121,7 @@ def write_part(
         _abort(part_writer)
         raise
     numbering = {FIRST_KEY: first, SKIPPED_AT_KEY: skipped_at}
+    numbering |= {SOURCE_START_KEY: start, SOURCE_COUNT_KEY: taken}
     extra = {**part_writer.summary(), SIZES_KEY: sizes.to_dict(), **numbering}
     if filled:
         extra[FIELD_COUNTS_KEY] = filled

@@ -16,6 +16,7 @@ What holds when the driver dies (kill -9) while tasks run:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -28,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from packer.formats import FormatWriter
 from packer.lifetime import process_alive
-from packer.parts import part_from_dict, part_to_dict, preprocess_items, write_part
+from packer.parts import part_from_dict, part_to_dict, write_part
 from packer.preprocess import PreprocessSpec
+from packer.ray_carry import Carried, Keeper, carried_or_preprocessed, overlapping, settle
 from readers.errors import ImgpackError
 
 if TYPE_CHECKING:
@@ -60,16 +62,24 @@ def _pack_part(
     sink: Any = None,
     storage_options: dict[str, Any] | None = None,
     first: int = 0,
-) -> dict[str, Any]:
+    start: int = 0,
+    sources: list[tuple[int, int, Any]] | None = None,
+) -> tuple[dict[str, Any], list | None]:
     """The task: preprocess and write one part (reading URL sources itself); with a remote
     ``sink``, in a temporary folder on this node, uploaded from here when complete. Its samples
-    are numbered from ``first`` (packer/pack_order.py)."""
-    results = _watched(preprocess_items(items, spec, storage_options, writer.fields), driver)
+    are numbered from ``first``; they start at ``start`` in the pack order (packer/part_plan.py).
+    Results earlier tasks carried (``sources``) are not preprocessed again; this part's own are
+    returned with its record (packer/ray_carry.py)."""
+    keeper = Keeper()
+    preprocessed = carried_or_preprocessed(items, start, sources or [], spec, storage_options, writer.fields)
+    results = keeper.through(_watched(preprocessed, driver))
     if sink is None or not sink.remote:
-        return part_to_dict(write_part(writer, part, results, on_error, first=first))
+        written = write_part(writer, part, results, on_error, first=first, start=start)
+        return part_to_dict(written), keeper.kept
     with tempfile.TemporaryDirectory(prefix="imgpack-part-") as tmp:
         local = writer.at(Path(tmp))
-        return part_to_dict(sink.part_done(local, write_part(local, part, results, on_error, first=first)))
+        written = write_part(local, part, results, on_error, first=first, start=start)
+        return part_to_dict(sink.part_done(local, written)), keeper.kept
 
 
 def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
@@ -110,39 +120,59 @@ def check_ray_address(address: str | None) -> None:
         ) from None
 
 
-def run_ray(job: PackJob, run: PartsRun) -> None:
-    """Every part of ``run`` not done yet, one Ray task each (on ``job.ray_address``, or a
-    local cluster started here)."""
+@contextlib.contextmanager
+def ray_session(address: str | None) -> Iterator[None]:
+    """Ray connected for the rounds of one pack (on ``address``, or a local cluster started here
+    and stopped at the end), so a re-cut neither starts a cluster again nor loses the results
+    carried in the object store."""
     try:
         import ray
     except ImportError:
         raise ImgpackError('--engine ray needs Ray: pip install "imgpack[ray]"') from None
     started_here = not ray.is_initialized()
     if started_here:
-        check_ray_address(job.ray_address)
+        check_ray_address(address)
         ray.init(
-            address=job.ray_address,
+            address=address,
             ignore_reinit_error=True,
             log_to_driver=False,
             include_dashboard=False,
             configure_logging=False,
         )
+    try:
+        yield
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_ray(job: PackJob, run: PartsRun) -> None:
+    """Every part of ``run`` not done yet, one Ray task each (in a ``ray_session``)."""
+    with ray_session(job.ray_address):
+        _run_tasks(job, run)
+
+
+def _run_tasks(job: PackJob, run: PartsRun) -> None:
+    import ray
+
     writer, sink = run.writer, run.sink
     shutil.rmtree(writer.out / STAGING, ignore_errors=True)  # runs of a dead driver
     remote = sink.remote
     staged = writer if remote else _staged_writer(writer)
     driver = (socket.gethostname(), os.getpid())
+    carried: Carried = run.carry.setdefault("results", {})
     try:
-        task = ray.remote(_pack_part)
+        task = ray.remote(num_returns=2)(_pack_part)
         common = (job.spec, job.on_error, driver, sink, job.storage_options)
-        pending = {
-            task.remote(staged, p, items, *common, run.firsts.get(p, 0)): (p, len(items))
-            for p, items in run.parts
-            if p not in run.done
-        }
+        pending = {}
+        for p, items in run.parts:
+            first, start = run.firsts.get(p, 0), run.starts.get(p, 0)
+            sources = overlapping(carried, start, len(items))
+            record, results = task.remote(staged, p, items, *common, first, start, sources)
+            pending[record] = (p, start, len(items), results)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
-            p, n = pending.pop(ready[0])
+            p, start, n, results = pending.pop(ready[0])
             try:
                 result = ray.get(ready[0])
             except ray.exceptions.RayTaskError as exc:
@@ -153,11 +183,11 @@ def run_ray(job: PackJob, run: PartsRun) -> None:
             if not remote:  # a remote part was uploaded by its task
                 _commit(staged, writer, p)
             run.done[p] = part_from_dict(result)  # a task has handed its part to the output itself
+            carried[start] = (n, results)
+            settle(carried, run.done)
             run.save()
             run.progress.update(n)
     finally:
-        if started_here:
-            ray.shutdown()
         shutil.rmtree(writer.out / STAGING, ignore_errors=True)
 
 

@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from packer.formats import FormatWriter, PartResult
-from packer.output import OutputLock, dataset_format, manifest_is_ours, owned, progress_is_ours
+from packer.output import (
+    OutputLock,
+    dataset_format,
+    manifest_is_ours,
+    owned,
+    progress_is_ours,
+    remove_part_files,
+)
 from readers.errors import ImgpackError
 from readers.formats.registry import format_named, registered
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
@@ -198,9 +205,14 @@ class RemoteOutput:
         names = [f.relative_to(writer.out).as_posix() for f in local]
         self.upload(local, names)
         result.extra[UPLOADED] = self.stamps(names, {n: f.stat().st_size for n, f in zip(names, local)})
-        for path in writer.part_files(result.part):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        remove_part_files(writer, result.part)
         return result
+
+    def drop_part(self, writer: FormatWriter, result: PartResult) -> None:
+        """Delete the objects a part uploaded (and any local copy of it)."""
+        self.delete(sorted(result.extra.get(UPLOADED, {})))
+        self._listing = None
+        remove_part_files(writer, result.part)
 
     @staticmethod
     def part_local_files(writer: FormatWriter, part: int) -> list[Path]:

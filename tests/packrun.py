@@ -86,6 +86,21 @@ def wait_started(out: Path, proc: subprocess.Popen) -> None:
     wait_for(out / PROGRESS_NAME, proc)
 
 
+def kill_after_parts(src: Path, out: Path, args: tuple, parts: int = 1, timeout: float = 60) -> None:
+    """Start ``pack imagefolder SRC -o OUT ARGS`` and kill -9 its process group once ``parts``
+    parts are recorded in its progress file."""
+    import json
+
+    proc = start_pack(src, "-o", out, *args)
+    wait_started(out, proc)
+    deadline = time.monotonic() + timeout
+    while len(json.loads((out / PROGRESS_NAME).read_text() or "{}").get("parts", [])) < parts:
+        assert proc.poll() is None and time.monotonic() < deadline, f"{parts} parts never finished"
+        time.sleep(0.02)
+    kill_group(proc.pid)
+    assert proc.wait() == -signal.SIGKILL
+
+
 def wait_workers(proc: subprocess.Popen, workers: int, timeout: float = 60) -> None:
     """Until the pack (its own process group) runs ``workers`` pool processes besides itself."""
     deadline = time.monotonic() + timeout

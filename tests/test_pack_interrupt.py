@@ -142,5 +142,5 @@ def test_a_ray_task_stops_and_drops_its_staged_part_when_the_driver_is_gone(tmp_
         _pack_part(staged, 0, items, writer.spec, "skip", (socket.gethostname(), dead.pid))
     assert list(staged.out.iterdir()) == []  # nothing staged is left, nothing was committed
     assert not any(p.name.startswith("data-") for p in writer.out.iterdir())
-    result = _pack_part(staged, 0, items, writer.spec, "skip", (socket.gethostname(), os.getpid()))
-    assert result["shards"][0]["count"] == len(items)
+    result, carried = _pack_part(staged, 0, items, writer.spec, "skip", (socket.gethostname(), os.getpid()))
+    assert result["shards"][0]["count"] == len(items) == len(carried)

@@ -7,15 +7,12 @@ import hashlib
 import json
 import pickle
 import shutil
-import signal
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from packer.engine import pack_folder
-from packer.output import PROGRESS_NAME
 from packer.preprocess import PreprocessSpec
 from packer.source import SourceItem, scan_folder
 from packer.source_items import SourceItems
@@ -24,7 +21,7 @@ from readers.formats import format_names
 from readers.order import pack_order
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import numbered_and_not
-from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_started
+from tests.packrun import SLOW_PACK, copy_source, kill_after_parts, run_pack
 
 SPEC = PreprocessSpec(resize=32)
 
@@ -94,8 +91,8 @@ def test_order_source_keeps_the_source_order_and_the_seed_changes_the_permutatio
 
 @pytest.mark.parametrize("fmt", NUMBERED_AND_NOT)
 def test_workers_and_ray_write_the_same_bytes_and_tar_keys_are_dataset_indices(tmp_path, fmt):
-    """A broken file sorted first: a Ray task that numbered its part without knowing that skip
-    is written again, and the keys count samples, not source files."""
+    """A broken file sorted first: a Ray task that cut and numbered its part without knowing that
+    skip is written again, and the keys count samples, not source files."""
     import ray
     import webdataset as wds
 
@@ -117,7 +114,7 @@ def test_workers_and_ray_write_the_same_bytes_and_tar_keys_are_dataset_indices(t
     manifest = read_manifest(outs["w1"])
     firsts = [s.first for s in manifest.shards]
     assert firsts == [0, *np.cumsum([s.count for s in manifest.shards])[:-1].tolist()]  # no gaps
-    assert sorted(s.count for s in manifest.shards) == [5, 9, 10, 10, 10]  # the skip's part holds 9
+    assert [s.count for s in manifest.shards] == [10, 10, 10, 10, 4]  # cut at dataset indices
     assert "animals/000-broken.jpg" not in source_paths(outs["w1"])
     if fmt == "tar":
         shards = [str(outs["w1"] / s.file) for s in manifest.shards]
@@ -132,14 +129,7 @@ def test_resume_after_kill_gives_the_output_of_an_uninterrupted_pack(tmp_path):
     rc, text = run_pack(src, "-o", tmp_path / "whole", *args)
     assert rc == 0, text
     out = tmp_path / "resumed"
-    proc = start_pack(src, "-o", out, *args)
-    wait_started(out, proc)
-    deadline = time.monotonic() + 60
-    while not json.loads((out / PROGRESS_NAME).read_text() or "{}").get("parts"):
-        assert proc.poll() is None and time.monotonic() < deadline, "no part finished before the pack ended"
-        time.sleep(0.05)
-    kill_group(proc.pid)
-    assert proc.wait() == -signal.SIGKILL
+    kill_after_parts(src, out, args)
     rc, text = run_pack(src, "-o", out, *args, "--resume")
     assert rc == 0, text
     assert digest_tree(out) == digest_tree(tmp_path / "whole")

@@ -174,6 +174,11 @@ class FormatWriter:
             return max(1, -(-num_items // int(shards)))
         return self.options.get("samples_per_shard") or self.default_samples_per_part or max(1, num_items)
 
+    def parts_hold_kept(self) -> bool:
+        """Whether a part holds ``samples_per_part`` kept samples (--samples-per-shard) rather than
+        that many source files (--shards: a count of source files per part); packer/part_plan.py."""
+        return not self.options.get("shards")
+
     def open_part(self, part: int) -> PartWriter:
         raise NotImplementedError
 
