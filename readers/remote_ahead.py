@@ -201,7 +201,7 @@ class RangeFetcher:
             self.in_flight -= 1
         self._pump()
 
-    def take(self, shard: int, start: int, end: int) -> bytes | None:
+    def take(self, shard: int, start: int, end: int) -> memoryview | None:
         """Bytes [start, end) of ``shard`` if a planned read (waiting for its request), else None."""
         queue = self.waiting.get((shard, start, end))
         if not queue or self.closed or self.pid != os.getpid():
@@ -222,7 +222,7 @@ class RangeFetcher:
             with self.lock:
                 self._used(index)
         self._pump()
-        return data[start - request.start : end - request.start]
+        return memoryview(data)[start - request.start : end - request.start]  # no copy
 
     def _used(self, index: int) -> None:
         request = self.requests[index]
