@@ -138,21 +138,64 @@ def contenders(
     }
 
 
+@contextmanager
+def s3rver(bucket: str, binary: Path) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """An s3rver (Node.js) S3 server on 127.0.0.1 with an empty ``bucket``: (s3fs, storage_options)."""
+    import subprocess
+    import tempfile
+    import urllib.request
+
+    import s3fs
+
+    from tests.s3server import free_port
+
+    port = free_port()
+    with tempfile.TemporaryDirectory() as data:
+        command = [str(binary), "-d", data, "-a", "127.0.0.1", "-p", str(port), "--silent"]
+        proc = subprocess.Popen([*command, "--configure-bucket", bucket], stdout=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).close()
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"{binary}: the s3rver server did not start") from None
+                    time.sleep(0.2)
+            options = {
+                "key": "S3RVER",
+                "secret": "S3RVER",
+                "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"},
+            }
+            yield s3fs.S3FileSystem(skip_instance_cache=True, **options), options
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def server(args: argparse.Namespace) -> Any:
+    if args.server == "s3rver":
+        return s3rver(BUCKET, args.s3rver)
+    from tests.s3server import moto_s3
+
+    return moto_s3(BUCKET)
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from packer.bench.delay_proxy import delayed
-    from tests.s3server import moto_s3
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     local = prepare(args.n, args.per_shard, args.root)
     rows = []
-    with moto_s3(BUCKET) as (fs, storage):
+    with server(args) as (fs, storage):
         fs.put(str(local) + "/", f"{BUCKET}/ds", recursive=True)
         direct = storage["client_kwargs"]["endpoint_url"]
         for delay in args.delays:
             proxy = delayed(direct, delay / 1000) if delay else nullcontext(None)
             with proxy as p:
                 endpoint = p.endpoint if p is not None else direct
-                options = {"client_kwargs": {"endpoint_url": endpoint}}
+                options = {**storage, "client_kwargs": {"endpoint_url": endpoint}}
                 import s3fs
 
                 through = s3fs.S3FileSystem(skip_instance_cache=True, **options)
@@ -188,8 +231,9 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     for key in rows[0]["ratios"]:
         lines.append(f"| imgpack remote {key} | " + " | ".join(f"{r['ratios'][key]}x" for r in rows) + " |")
     conditions = (
-        f"{args.n} images at 256 px in tar shards of {args.per_shard}, moto S3 on 127.0.0.1, batch {BATCH}, "
-        f"crop {CROP}, {args.workers} workers, {os.cpu_count()} CPUs, median of {args.rounds} rounds"
+        f"{args.n} images at 256 px in tar shards of {args.per_shard}, {args.server} S3 on 127.0.0.1, "
+        f"batch {BATCH}, crop {CROP}, {args.workers} workers, {os.cpu_count()} CPUs, "
+        f"median of {args.rounds} rounds"
     )
     return conditions + "\n\n" + "\n".join(lines)
 
@@ -202,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--delays", type=lambda s: [int(x) for x in s.split(",")], default=[0, 30])
     parser.add_argument("--off-batches", type=int, default=8)
+    parser.add_argument("--server", choices=("moto", "s3rver"), default="moto")
+    parser.add_argument(
+        "--s3rver", type=Path, default=Path("/work/peers/s3rver/node_modules/.bin/s3rver"),
+        help="the s3rver binary (npm install s3rver)",
+    )  # fmt: skip
     parser.add_argument("--root", type=Path, default=Path("/tmp/imgpack-bench/object-storage"))
     args = parser.parse_args(argv)
     print(table(run(args), args))
