@@ -174,7 +174,7 @@ def test_latency_server_is_read_with_requests_in_flight(tar_remote, monkeypatch)
     assert on < off / 2, timings
 
 
-BOUND = 3  # seconds ($IMGPACK_REMOTE_TIMEOUT)
+BOUND = 8  # seconds ($IMGPACK_REMOTE_TIMEOUT): a loaded machine's moto may take 3 s for a request
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -194,7 +194,7 @@ def test_stalled_server_is_a_remote_error_within_the_bound(packed, monkeypatch, 
         with stopped(proc):
             started = time.monotonic()
             # the call's bound, or under load the request timeouts inside it (a quarter of the bound)
-            stalled = rf"s3://{BUCKET}/ds/shard-.*(no answer from the server for 3 s|within the timeouts)"
+            stalled = rf"s3://{BUCKET}/ds/shard-.*(no answer from the server for 8 s|within the timeouts)"
             with pytest.raises(RemoteError, match=stalled):
                 for _ in stream:
                     pass
