@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from readers.errors import OptionError
-from readers.remote import call_bound
+from readers.remote import CALL_BOUND_ENV, RemoteError, call_bound
 
 MiB = 1 << 20
 Range = tuple[int, int, int]  # (shard position, start byte, end byte)
@@ -154,9 +154,14 @@ class RangeFetcher:
     """Planned byte ranges fetched ahead on helper threads; ``take`` serves them in the planned order."""
 
     def __init__(
-        self, reads: Sequence[Range], fetch: Callable[[int, int, int], bytes], settings: AheadSettings
+        self,
+        reads: Sequence[Range],
+        fetch: Callable[[int, int, int], bytes],
+        settings: AheadSettings,
+        where: Callable[[int], str] = str,
     ):
         self.fetch = fetch
+        self.where = where  # a shard's URL, for errors
         self.settings = settings
         self.requests, self.serving = plan_requests(reads, settings)
         self.planned_bytes = sum(end - start for _, start, end in reads)
@@ -164,6 +169,7 @@ class RangeFetcher:
         for k, read in enumerate(reads):
             self.waiting.setdefault(tuple(read), deque()).append(k)  # type: ignore[arg-type]
         self.next_read = 0  # planned reads before it are served or passed over
+        self.done = bytearray(len(reads))  # 1: served, or passed over (then read directly if asked)
         self.next_submit = 0
         self.held = 0  # bytes of requests submitted and not yet dropped
         self.peak = 0
@@ -208,8 +214,13 @@ class RangeFetcher:
             return None
         k = queue.popleft()
         with self.lock:
-            for passed in range(self.next_read, k):  # planned but never asked for: let them go
-                self._used(self.serving[passed])
+            if self.done[k]:  # passed over earlier: its buffer may be gone
+                return None
+            for passed in range(self.next_read, k):  # planned but not asked for yet: let them go
+                if not self.done[passed]:
+                    self.done[passed] = 1
+                    self._used(self.serving[passed])
+            self.done[k] = 1
             self.next_read = max(self.next_read, k + 1)
         index = self.serving[k]
         request = self.requests[index]
@@ -218,6 +229,11 @@ class RangeFetcher:
         assert request.future is not None
         try:
             data = request.future.result(timeout=call_bound() * 2)  # each fetch is bounded by itself
+        except TimeoutError:
+            raise RemoteError(
+                f"{self.where(shard)}: reading ahead: no answer from the server for {call_bound() * 2:g} s; "
+                f"the server is stalled or unreachable (${CALL_BOUND_ENV} sets this bound)"
+            ) from None
         finally:
             with self.lock:
                 self._used(index)
@@ -305,7 +321,8 @@ def ranges_ahead(reader: Any, planned: list[np.ndarray], settings: AheadSettings
     def fetch(position: int, start: int, end: int) -> bytes:
         return reader.handle(position).read(start, end - start)
 
-    fetcher = RangeFetcher(reads, fetch, settings)
+    entries = reader.manifest.shards
+    fetcher = RangeFetcher(reads, fetch, settings, lambda position: reader.location(entries[position].file))
     reader.ahead = fetcher
     try:
         yield

@@ -54,6 +54,29 @@ def test_plan_merges_near_ranges_of_one_stretch_and_covers_every_read():
     assert (0, 0, 100) in [(r.shard, r.start, r.end) for r in requests]  # not merged across stretches
 
 
+def test_reads_passed_over_are_let_go_and_then_read_directly():
+    from readers.remote_ahead import RangeFetcher
+
+    blob = bytes(range(256))
+    asked: list[tuple[int, int]] = []
+
+    def fetch(shard: int, start: int, end: int) -> bytes:
+        asked.append((start, end))
+        return blob[start:end]
+
+    reads = [(0, 0, 10), (0, 10, 20), (0, 200, 210), (0, 12, 18)]
+    settings = AheadSettings(ahead_bytes=4 * 10, requests=2, merge_gap=0, request_bytes=1000)
+    fetcher = RangeFetcher(reads, fetch, settings)
+    try:
+        assert bytes(fetcher.take(0, 200, 210)) == blob[200:210]  # reads 0 and 1 passed over
+        assert fetcher.take(0, 0, 10) is None  # asked for late: the caller reads it directly
+        assert bytes(fetcher.take(0, 12, 18)) == blob[12:18]
+        assert fetcher.take(0, 50, 60) is None  # never planned
+        assert fetcher.held == 0 and all(r.uses == 0 for r in fetcher.requests)
+    finally:
+        fetcher.close()
+
+
 # -- the knobs -------------------------------------------------------------------------------
 def test_knobs_defaults_sizes_and_bad_values():
     assert ahead_settings({}) == AheadSettings(256 << 20, 8, 1 << 20, 8 << 20)

@@ -5,7 +5,7 @@ The pack (``scripts/make_bench_data.py`` images, resized to 256, tar shards of `
 samples) is uploaded to a local S3 server (moto, in this process); each ``--delays`` value (ms)
 puts a ``DelayProxy`` in front of it that delays every request, the round trip of a real store.
 Every contender reads the batch path (centre crop, batch 64, ``--workers`` DataLoader workers,
-a fresh loader per epoch, no cache) and is timed for one epoch, in turns, ``--rounds`` times
+a fresh loader per epoch, no cache unless named) and is timed for one epoch, in turns, ``--rounds`` times
 (the order rotated each round); the table gives medians. "read-ahead off" sets
 ``IMGPACK_REMOTE_REQUESTS=0`` and reads only its first ``--off-batches`` batches (it is slow).
 The ceiling is the server's rate for whole shards fetched by 8 threads, in images/s.
@@ -56,10 +56,14 @@ def env(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def imgpack_loader(path: str, workers: int, storage: dict[str, Any] | None) -> Any:
+def imgpack_loader(
+    path: str, workers: int, storage: dict[str, Any] | None, cache_dir: str | None = None
+) -> Any:
     from readers import make_loader, open_iterable
 
-    remote = {"storage_options": storage} if storage is not None else {}
+    remote: dict[str, Any] = {"storage_options": storage} if storage is not None else {}
+    if cache_dir is not None:
+        remote["cache_dir"] = cache_dir
     it = open_iterable(path, batch_size=BATCH, crop=CROP, seed=0, **remote)
     return make_loader(it, num_workers=workers)
 
@@ -127,8 +131,15 @@ def contenders(
         with env(IMGPACK_REMOTE_REQUESTS="0"):
             return timed_epoch(imgpack_loader(url, workers, storage), args.off_batches)
 
+    def first_cached() -> tuple[int, float]:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as cache:  # empty: the first epoch downloads every part
+            return timed_epoch(imgpack_loader(url, workers, storage, cache))
+
     return {
         "imgpack remote": lambda: timed_epoch(imgpack_loader(url, workers, storage)),
+        "imgpack remote, cache_dir first epoch": first_cached,
         "imgpack remote, read-ahead off": off,
         "webdataset remote": lambda: timed_epoch(
             webdataset_loader([fs.url(p, expires=3600) for p in shards], workers)
