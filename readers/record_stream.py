@@ -23,6 +23,7 @@ from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
 from readers.order import OrderSpec
 from readers.record import Record
+from readers.remote_ahead import fetching_ahead
 from readers.sample_fields import FieldPlan, common_schema, per_dataset_schema
 from readers.spec import ReadSpec
 from readers.stream import EpochStream
@@ -99,6 +100,12 @@ class RecordStream(EpochStream):
         return np.concatenate([self._chunk(epoch, positions, a, b)[0] for a, b in group])
 
     # -- the loop --------------------------------------------------------------------------------
+    def _emit_pass(self, positions: np.ndarray, groups: list[list[tuple[int, int]]]) -> Iterator[Any]:
+        """The pass, with each remote dataset it reads fetching ahead (readers/remote_ahead.py)."""
+        assert self._pass is not None
+        with fetching_ahead(self, self._pass.epoch, positions, groups):
+            yield from super()._emit_pass(positions, groups)
+
     def _emit(self, positions: np.ndarray, spans: list[tuple[int, int]]) -> Iterator[Any]:
         assert self._pass is not None  # set by the iteration running this
         epoch = self._pass.epoch

@@ -334,6 +334,7 @@ def test_stalled_server_mid_read_is_a_remote_error_within_the_bound(
     fs, options, proc = stoppable_s3
     fs.put(str(packed("tar", options=SPLIT, **SMALL)), "imgpack-test/ds", recursive=True)
     monkeypatch.setenv("IMGPACK_REMOTE_TIMEOUT", str(BOUND))
+    monkeypatch.setenv("IMGPACK_REMOTE_AHEAD_BYTES", "2k")  # else the pass is fetched before the stall
     it = open_iterable("s3://imgpack-test/ds", batch_size=4, crop=32, storage_options=options, block_size=4)
     batches = iter(make_loader(it, num_workers=workers))
     next(batches)

@@ -98,6 +98,9 @@ def bench(
 
     \b
     pack bench train.lmdb train.h5 --baseline ~/data/train --workers 0,2,4 --plot bench.png
+
+    Streaming from object storage (a local S3 server, against webdataset):
+    python -m packer.bench.object_storage --n 4000 --rounds 3 --delays 0,30
     """
     from packer.bench.model import Settings
     from packer.bench.plot import plot_report

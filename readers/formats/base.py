@@ -124,6 +124,7 @@ class FormatReader:
         # The directory this reader opened: `pack --force` swaps a new one in under the same path,
         # and a part opened after that must never be paired with this manifest (see handle()).
         self._identity = None if self.remote else dir_identity(self.root)
+        self.ahead: Any = None  # during a pass behind a URL: what is fetched ahead (remote_ahead.py)
 
     def check_parts(self) -> None:
         """Check, cheaply and before any read, that each part holds what the manifest says.
@@ -418,21 +419,45 @@ class FormatReader:
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size == 0:
             return []
-        unique = np.unique(idx)
         found: dict[int, Record] = {}
-        run_start = prev = int(unique[0])
-        for i in unique[1:].tolist() + [None]:
-            if i is not None and i - prev <= self.merge_gap:
-                prev = i
-                continue
-            for offset, record in enumerate(self.read_block(run_start, prev + 1)):
-                found[run_start + offset] = record
-            if i is not None:
-                run_start = prev = i
-        wanted = set(unique.tolist())
+        for start, stop in self.block_runs(idx):
+            for offset, record in enumerate(self.read_block(start, stop)):
+                found[start + offset] = record
+        wanted = set(np.unique(idx).tolist())
         for k in [k for k in found if k not in wanted]:
             del found[k]
         return [found[i] for i in idx.tolist()]
+
+    def block_runs(self, indices: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
+        """The blocks [start, stop) ``read_many(indices)`` reads: indices closer than ``merge_gap``
+        in one block (what remote reads plan ahead from, readers/remote_ahead.py)."""
+        unique = np.unique(np.asarray(indices, dtype=np.int64))
+        if unique.size == 0:
+            return []
+        cuts = np.flatnonzero(np.diff(unique) > self.merge_gap) + 1
+        starts = unique[np.concatenate([[0], cuts])]
+        stops = unique[np.concatenate([cuts - 1, [unique.size - 1]])] + 1
+        return list(zip(starts.tolist(), stops.tolist()))
+
+    def fetch_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
+        """A context in which reads ``read_many(planned[0])``, ``read_many(planned[1])``... may be
+        served from data fetched ahead (remote datasets; readers/remote_ahead.py). Through a
+        ``cache_dir``: the parts downloaded ahead, in the order ``planned`` first needs them."""
+        from contextlib import nullcontext
+
+        from readers import remote_ahead
+
+        if self.parts is None or not self.manifest.shards:
+            return nullcontext()
+        if self.cache_dir is None:
+            return self.fetch_ranges_ahead(planned, settings)
+        return remote_ahead.parts_ahead(self, remote_ahead.part_order(self, planned), settings)
+
+    def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
+        """Ranged reads planned ahead, for formats that read remote parts by ranges (tar)."""
+        from contextlib import nullcontext
+
+        return nullcontext()
 
     def close(self) -> None:
         if self._pid == os.getpid():
@@ -443,6 +468,7 @@ class FormatReader:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_handles"] = {}
+        state["ahead"] = None  # requests in flight belong to the process that made them
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -277,14 +277,25 @@ class TarReader(FormatReader):
             handle.close()
 
     # -- reading ------------------------------------------------------------------------------
+    def byte_range(self, opened: _OpenShard, a: int, b: int) -> tuple[int, int]:
+        """Where the members of local records [a, b) of an open shard lie: [start, end)."""
+        return int(opened.index.image_offset[a]), int(opened.index.end[b - 1])
+
+    def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
+        from readers.remote_ahead import ranges_ahead
+
+        return ranges_ahead(self, planned, settings)
+
     def read_local(self, position: int, a: int, b: int) -> list[Record]:
         """Records at local positions [a, b) of shard ``position``, with one pread."""
         shard = self.manifest.shards[position]
         opened: _OpenShard = self.handle(position)
         index = opened.index
-        base = int(index.image_offset[a])
-        length = int(index.end[b - 1]) - base
-        data = opened.read(base, length)
+        base, end = self.byte_range(opened, a, b)
+        length = end - base
+        data = None if self.ahead is None else self.ahead.take(position, base, end)
+        if data is None:
+            data = opened.read(base, length)
         if len(data) != length:
             raise ManifestError(
                 f"{self.location(shard.file)}: shard is truncated (short read at byte {base}); "
