@@ -50,7 +50,7 @@ def pss_kib():
 mode, src = sys.argv[1], sys.argv[2]
 import numpy  # noqa: F401  (imports count in the baseline, not in the growth)
 import packer.engine as engine
-from packer.formats import PartResult
+import packer.pool as pool
 from packer.source import scan_folder
 from readers.errors import ImgpackError
 
@@ -72,16 +72,19 @@ if mode == "scan":
 else:
     seen = [0]
 
-    def chunk(items, spec):
+    def chunk(items, spec, *rest):
         return [(item.index, item.rel, "not decoded (memory benchmark)") for item in items]
 
-    def write_part(writer, part, results, on_error, tick=lambda n: None, first=0):
-        for _ in results:
-            seen[0] += 1
-        tick(0)
-        return PartResult(part, [], [], {})
+    real_write_part = engine.write_part
 
-    engine._preprocess_chunk = chunk
+    def write_part(writer, part, results, *rest, **options):
+        def counted():
+            for result in results:
+                seen[0] += 1
+                yield result
+        return real_write_part(writer, part, counted(), *rest, **options)
+
+    pool.preprocess_chunk = chunk  # every file a skip: the scan and the pipeline, no decoding
     engine.write_part = write_part
     with tempfile.TemporaryDirectory() as out:
         try:

@@ -56,6 +56,7 @@ SUBSTITUTIONS = [
     (r"--sizes 20000 200000 1000000", "--sizes 300"),
     (r"--samples 1000000 --per-part 100000", "--samples 2000 --per-part 1000"),
     (r"--seconds 1800\b", "--seconds 2"),
+    (r"--n 4000 --rounds 3 --delays 0,30", "--n 48 --rounds 1 --delays 0,30"),
 ]
 
 
@@ -127,7 +128,8 @@ def test_every_block_is_run_or_says_why_not():
 
 def is_benchmark(block: Block) -> bool:
     """Benchmark reproductions: each runs as its own test (they start many fresh processes)."""
-    return any(word in block.code for word in ("pack bench", "scripts/scaling.py", "make_bench_data.py"))
+    words = ("pack bench", "scripts/scaling.py", "make_bench_data.py", "packer.bench.")
+    return any(word in block.code for word in words)
 
 
 def runnable(page: str, benchmarks: bool) -> list[Block]:
