@@ -25,6 +25,8 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from readers.errors import ImgpackError, OptionError
 
 PIECE = 256 << 10
@@ -45,13 +47,22 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 class Extent(NamedTuple):
     """Bytes a read will touch: ``[offset, offset + length)`` of ``file``, a descriptor its reader
-    keeps open, or a function that opens the file (the descriptor is closed after the hint; then
+    keeps open (``offset`` and ``length`` may be arrays: several ranges of it, in the order they
+    are read), or a function that opens the file (the descriptor is closed after the hint; then
     ``name`` identifies the file and the whole file is hinted)."""
 
     file: int | Callable[[], int]
-    offset: int
-    length: int
+    offset: int | np.ndarray
+    length: int | np.ndarray
     name: Hashable = None
+
+
+def spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Every integer of each ``[first[i], last[i]]`` in turn (int64)."""
+    counts = np.maximum(last - first + 1, 0)
+    starts = np.repeat(first, counts)
+    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    return starts + within
 
 
 def open_parts(reader: Any, indices: Any) -> list[tuple[int, Any, Any]] | None:
@@ -59,8 +70,6 @@ def open_parts(reader: Any, indices: Any) -> list[tuple[int, Any, Any]] | None:
     ``reader`` has not opened one of them in this process yet: a hint never opens a part, so a
     part's first real open still checks that the dataset was not replaced
     (``FormatReader._open_unreplaced``)."""
-    import numpy as np
-
     if reader._pid != os.getpid() or not reader._handles:
         return None
     idx = np.asarray(indices, dtype=np.int64)
@@ -128,6 +137,11 @@ def _hint_file(open_file: Callable[[], int]) -> None:
         os.close(fd)
 
 
+def _advise_all(ranges: list[tuple[int, int, int]]) -> None:
+    for fd, offset, length in ranges:
+        _quietly(advise, fd, offset, length)
+
+
 def _quietly(job: Callable[..., None], *args: Any) -> None:
     # A hint that fails (a file gone, a dataset replaced) is the real read's to report.
     try:
@@ -162,6 +176,7 @@ class ReadAhead:
         self._next = 0
         self._ahead: deque[tuple[int, int]] = deque()  # (group, pieces hinted for it)
         self._recent: OrderedDict[tuple[Any, Any], None] = OrderedDict()
+        self._waiting: tuple[int, list[Piece]] | None = None  # a group planned that did not fit
 
     @property
     def enabled(self) -> bool:
@@ -183,14 +198,18 @@ class ReadAhead:
             self._ahead.popleft()
         used = sum(n for _, n in self._ahead)
         while self._next < groups and self._next - current < MAX_GROUPS_AHEAD and used < self.budget:
-            try:
-                extents = plan(self._next)
-            except (OSError, ImgpackError):  # the real read reports it
-                extents = []
-            if extents is None:
-                break
-            pieces = self._new_pieces(extents)
+            if self._waiting is not None and self._waiting[0] == self._next:  # planned, not hinted
+                pieces = [p for p in self._waiting[1] if p[0] not in self._recent]
+            else:
+                try:
+                    extents = plan(self._next)
+                except (OSError, ImgpackError):  # the real read reports it
+                    extents = []
+                if extents is None:
+                    break
+                pieces = self._new_pieces(extents)
             if used and used + sum(w for _, _, w in pieces) > self.budget:
+                self._waiting = (self._next, pieces)
                 break  # the whole of this group next time, rather than part of it now
             pieces = self._within(pieces, self.budget - used)
             taken = sum(w for _, _, w in pieces)
@@ -210,11 +229,14 @@ class ReadAhead:
             if callable(extent.file):
                 key = ("file", extent.name)
                 if key not in self._recent and key not in out:
-                    out[key] = (key, extent.file, max(PAGE, -(-extent.length // PAGE) * PAGE))
+                    out[key] = (key, extent.file, max(PAGE, -(-int(extent.length) // PAGE) * PAGE))
                 continue
-            if extent.length <= 0:
-                continue
-            for p in range(extent.offset // size, (extent.offset + extent.length - 1) // size + 1):
+            offsets, lengths = np.atleast_1d(extent.offset), np.atleast_1d(extent.length)
+            keep = lengths > 0
+            offsets, lengths = offsets[keep], lengths[keep]
+            numbers = spans(offsets // size, (offsets + lengths - 1) // size)
+            _, first_seen = np.unique(numbers, return_index=True)
+            for p in numbers[np.sort(first_seen)].tolist():  # each piece once, in the order needed
                 key = (extent.file, p)
                 if key not in self._recent and key not in out:
                     out[key] = (key, extent.file, size)
@@ -260,8 +282,11 @@ class ReadAhead:
                 self.hinted_bytes += length
                 if p is not None:
                     start = prev = p
-        for job, args in jobs:
-            pool = self._executor()
+        files = [j for j in jobs if j[0] is _hint_file]  # each its own job: opening one may wait
+        ranges = [args for job, args in jobs if job is advise]
+        batch = [(_advise_all, (ranges,))] if ranges else []  # one wake-up of a thread per group
+        pool = self._executor()
+        for job, args in batch + files:
             if pool is None:
                 _quietly(job, *args)
             else:

@@ -112,7 +112,8 @@ def hinted_share(path, budget: int) -> float:
             opened.append(e.file())
             ranges.append((opened[-1], 0, 0))
         else:
-            ranges.append((e.file, e.offset, e.length))
+            offsets, lengths = np.atleast_1d(e.offset).tolist(), np.atleast_1d(e.length).tolist()
+            ranges += [(e.file, o, n) for o, n in zip(offsets, lengths) if n > 0]
     share = resident(ranges)
     for fd in opened:
         os.close(fd)
@@ -208,8 +209,7 @@ def test_the_lmdb_page_table_matches_what_lmdb_reads(tmp_path):
     for i, value in values.items():
         got = os.pread(fd, int(table.value_length[i]), int(table.value_offset[i]))
         assert got == value, f"key {i}"
-    leaves = {int(p) for p in table.leaf_page[:6000]}
-    assert len(leaves) > 10
+    assert len(set(table.leaf_page[:6000].tolist())) > 10  # the values sit on many leaves
     os.close(fd)
 
 

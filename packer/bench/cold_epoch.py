@@ -45,11 +45,12 @@ def measure(settings: dict[str, Any]) -> dict[str, Any]:
         "batch_size": settings["batch_size"],
         "seed": settings.get("seed", 0),
         "readahead": settings.get("readahead"),
+        "crop": settings.get("crop", 224),  # a batch holds one size (records only: not applied)
     }
     if settings.get("records_only"):
         stream: PackedIterable = RecordsOnly(settings["path"], **options)
     else:
-        stream = open_iterable(settings["path"], crop=settings.get("crop", 224), **options)
+        stream = open_iterable(settings["path"], **options)
     stream.set_epoch(settings.get("epoch", 0))
     loader = make_loader(stream, num_workers=settings.get("workers", 2))
     images = nbytes = 0

@@ -28,7 +28,7 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
-from readers.readahead import Extent, open_parts
+from readers.readahead import Extent, open_parts, spans
 from readers.record import Record, record_crc
 
 LAYOUT_VERSION = 1
@@ -152,15 +152,13 @@ class Hdf5Part:
             size = int(np.prod(self.images.shape[1:]))
             starts, ends = local * size, (local + 1) * size
         if step == 0:  # contiguous: one range of the file
-            return [Extent(fd, base + int(s), int(e - s)) for s, e in zip(starts, ends)]
+            return [Extent(fd, base + starts, ends - starts)]
         if self.flat:  # a chunk holds `step` bytes
-            first, last = starts // step, (ends - 1) // step
+            chunks = spans(starts // step, (ends - 1) // step)
         else:  # a chunk holds `step` images
-            first = last = local // step
-        out = []
-        for a, b in zip(first.tolist(), last.tolist()):
-            out += [Extent(fd, int(offsets[c]), int(sizes[c])) for c in range(a, b + 1) if sizes[c]]
-        return out
+            chunks = local // step
+        chunks = chunks[sizes[chunks] > 0]
+        return [Extent(fd, offsets[chunks], sizes[chunks])]
 
 
 def chunk_table(images: Any) -> tuple[int, int, np.ndarray, np.ndarray]:

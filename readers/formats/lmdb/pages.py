@@ -71,16 +71,12 @@ class PageTable:
             level = children
         self._bad(f"the B-tree is deeper than {MAX_DEPTH} levels")
 
-    def extents(self, fd: int, local: np.ndarray) -> list[tuple[int, int, int]]:
-        """(fd, offset, length) of the leaf page and the value of each local index in ``local``."""
-        out = []
-        psize = self.page_size
-        offsets, lengths = self.value_offset[local].tolist(), self.value_length[local].tolist()
-        for leaf, offset, length in zip(self.leaf_page[local].tolist(), offsets, lengths):
-            if offset >= 0:
-                out.append((fd, leaf * psize, psize))
-                out.append((fd, offset, length))
-        return out
+    def extents(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, lengths) in data.mdb of the values of the local indices ``local`` that the
+        environment holds. Not their leaf pages: building this table has just read every one,
+        and each lookup touches them again, so they stay cached."""
+        local = local[self.value_offset[local] >= 0]
+        return self.value_offset[local], self.value_length[local].astype(np.int64)
 
     def _bad(self, what: str) -> None:
         raise PageTableError(f"{self.where}: {what}; the LMDB file is damaged, run `pack verify` or re-pack")
@@ -92,37 +88,45 @@ class PageTable:
         stored, _, flags, lower, upper = PAGE_HEADER.unpack_from(page)
         if stored != pgno or not PAGE_HEADER.size <= lower <= upper <= psize or flags & P_LEAF2:
             self._bad(f"page {pgno} has a bad header")
-        offsets = struct.unpack_from(f"<{(lower - PAGE_HEADER.size) // 2}H", page, PAGE_HEADER.size)
-        children = []
-        for at in offsets:
-            if at < upper or at + NODE.size > psize:
-                self._bad(f"page {pgno} has a node outside its page")
-            lo, hi, node_flags, ksize = NODE.unpack_from(page, at)
-            key_at = at + NODE.size
-            if key_at + ksize > psize:
-                self._bad(f"page {pgno} has a key outside its page")
-            if flags & P_BRANCH:
-                children.append(lo | hi << 16 | node_flags << 32)
-                continue
-            if not flags & P_LEAF:
-                self._bad(f"page {pgno} is neither a branch nor a leaf page")
-            if ksize != KEY_SIZE:
-                continue  # meta/labels
-            (index,) = struct.unpack_from(">Q", page, key_at)
-            if index >= len(self.value_offset):
-                continue  # not a sample of this environment (the count check is the reader's)
-            length = lo | hi << 16
-            self.leaf_page[index] = pgno
-            self.value_length[index] = length
-            if node_flags & F_BIGDATA:
-                (first,) = struct.unpack_from("<Q", page, key_at + ksize)
-                pages = -(-(PAGE_HEADER.size + length) // psize)
-                if (first + pages) * psize > size:
-                    self._bad(f"the value of key {index} lies outside the file")
-                self.value_offset[index] = first * psize + PAGE_HEADER.size
-            else:
-                self.value_offset[index] = pgno * psize + key_at + ksize
-        return children
+        if not flags & (P_BRANCH | P_LEAF):
+            self._bad(f"page {pgno} is neither a branch nor a leaf page")
+        raw = np.frombuffer(page, dtype=np.uint8)
+        at = raw[PAGE_HEADER.size : lower].view("<u2").astype(np.int64)  # the nodes' offsets
+        if ((at < upper) | (at + NODE.size > psize)).any():
+            self._bad(f"page {pgno} has a node outside its page")
+        lo, hi, node_flags, ksize = _fields(raw, at, NODE.size, "<u2").T
+        key_at = at + NODE.size
+        if (key_at + ksize > psize).any():
+            self._bad(f"page {pgno} has a key outside its page")
+        if flags & P_BRANCH:
+            return (lo | hi << 16 | node_flags << 32).tolist()
+        mine = ksize == KEY_SIZE  # the samples (meta/labels has a longer key)
+        at, lo, hi, node_flags, key_at = at[mine], lo[mine], hi[mine], node_flags[mine], key_at[mine]
+        index = _fields(raw, key_at, KEY_SIZE, ">u8")[:, 0]
+        inside = (index >= 0) & (index < len(self.value_offset))  # others: the reader's count check
+        length = lo | hi << 16
+        value_at = key_at + KEY_SIZE
+        big = (node_flags & F_BIGDATA).astype(bool)
+        if (value_at + np.where(big, 8, length) > psize).any():
+            self._bad(f"page {pgno} has a value outside its page")
+        offset = pgno * psize + value_at
+        if big.any():
+            first = _fields(raw, value_at[big], 8, "<u8")[:, 0]
+            pages = -(-(PAGE_HEADER.size + length[big]) // psize)
+            if ((first < 2) | (first + pages > size // psize)).any():
+                self._bad(f"page {pgno} names overflow pages outside the file")
+            offset[big] = first.astype(np.int64) * psize + PAGE_HEADER.size
+        index, offset, length = index[inside], offset[inside], length[inside]
+        self.leaf_page[index] = pgno
+        self.value_length[index] = length
+        self.value_offset[index] = offset
+        return []
+
+
+def _fields(raw: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    """The ``width`` bytes at each of ``at`` in ``raw``, as rows of ``dtype`` values."""
+    rows = raw[at[:, None] + np.arange(width)]
+    return np.ascontiguousarray(rows).view(dtype).astype(np.int64)  # a huge u64 turns negative
 
 
 def _page_size(fd: int, where: str) -> int:

@@ -189,7 +189,7 @@ class LmdbReader(FormatReader):
         for _, opened, local in parts:
             table = opened.page_table()
             if table is not None:
-                out += [Extent(*e) for e in table.extents(opened.fd, local)]
+                out.append(Extent(opened.fd, *table.extents(local)))
         return out
 
     def _where(self, index: int) -> str:

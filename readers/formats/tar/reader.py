@@ -285,8 +285,8 @@ class TarReader(FormatReader):
         out: list[Extent] = []
         for _, opened, local in parts:
             if opened.fd is not None:  # a local shard (remote ones are fetched by ranges)
-                starts, ends = opened.index.image_offset[local].tolist(), opened.index.end[local].tolist()
-                out += [Extent(opened.fd, s, e - s) for s, e in zip(starts, ends)]
+                starts = opened.index.image_offset[local]
+                out.append(Extent(opened.fd, starts, opened.index.end[local] - starts))
         return out
 
     def read_local(self, position: int, a: int, b: int) -> list[Record]:

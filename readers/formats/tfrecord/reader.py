@@ -269,8 +269,7 @@ class TfrecordReader(FormatReader):
         out: list[Extent] = []
         for _, opened, local in parts:
             if opened.fd >= 0:
-                starts, sizes = opened.offsets[local].tolist(), opened.sizes[local].tolist()
-                out += [Extent(opened.fd, s, n) for s, n in zip(starts, sizes)]
+                out.append(Extent(opened.fd, opened.offsets[local], opened.sizes[local]))
         return out
 
     def read_local(self, position: int, a: int, b: int) -> list[Record]:
