@@ -86,6 +86,7 @@ def parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> tup
 @click.option("--records-only", is_flag=True, help="With --cold: read records without decoding them (I/O).")
 @click.option("--drop-caches", is_flag=True, help="With --cold: drop the whole page cache (root).")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="--cold rounds.")
+@click.option("--readahead", default="0,16M", show_default=True, help="--cold: budgets to compare.")
 @click.option("--crop", type=click.IntRange(min=1), default=224, show_default=True, help="--cold crop.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def bench(
@@ -108,6 +109,7 @@ def bench(
     records_only: bool,
     drop_caches: bool,
     rounds: int,
+    readahead: str,
     crop: int,
     quiet: bool,
 ) -> None:
@@ -135,7 +137,7 @@ def bench(
         from packer.bench.cold import cold_command
 
         cold_command(list(datasets), workers, batch_size, memory_cap, records_only, drop_caches, rounds, crop,
-                     seed, json_path, quiet)  # fmt: skip
+                     seed, json_path, quiet, readahead)  # fmt: skip
         return
     settings = Settings(workers, batch_size, epochs, decode, random_reads, seed, augment, augment_size)
     log = None if quiet else (lambda message: click.echo(message, err=True))

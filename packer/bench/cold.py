@@ -23,6 +23,7 @@ from typing import Any
 
 from packer.bench.harness import BenchError, folder_bytes, machine_info, run_measured
 from packer.bench.pagecache import MemoryCap, dataset_resident, drop_all_caches, evict, read_sequentially
+from readers.errors import OptionError
 from readers.manifest import read_manifest
 from readers.readahead import resolve_budget
 
@@ -225,6 +226,7 @@ def cold_command(
     seed: int,
     json_path: str | None,
     quiet: bool,
+    readahead: str = "0,16M",
 ) -> None:
     """``pack bench --cold`` / ``--memory-cap``: run, print the table, write the JSON."""
     import click
@@ -237,9 +239,15 @@ def cold_command(
                 f"{path}: --cold and --memory-cap read local packed datasets (a directory)"
             )
     cap = parse_bytes(memory_cap, "--memory-cap") if memory_cap else None
+    try:
+        budgets = tuple(
+            dict.fromkeys(parse_bytes(b, "--readahead") for b in readahead.split(",") if b.strip())
+        )
+    except OptionError as exc:
+        raise click.BadParameter(str(exc), param_hint="--readahead") from None
     settings = ColdSettings(
         workers=workers[-1], batch_size=batch_size, rounds=rounds, records_only=records_only, crop=crop,
-        drop_caches=drop_caches, memory_cap=cap, seed=seed,
+        drop_caches=drop_caches, memory_cap=cap, seed=seed, readahead=budgets or (0,),
     )  # fmt: skip
     log = None if quiet else (lambda message: click.echo(message, err=True))
     try:
