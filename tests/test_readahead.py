@@ -252,3 +252,21 @@ def test_an_lmdb_pack_whose_tree_cannot_be_walked_reads_unhinted(packed, noise_f
     assert it.reader.extents(np.arange(10)) == []
     got = [(images.clone(), labels.clone()) for images, labels in it]
     assert same(got, warm) and it.hints.hinted_bytes == 0
+
+
+def test_a_mix_read_with_the_cache_dropped_is_hinted_and_gives_the_warm_batches(packed, noise_folder):
+    from readers import mix
+
+    paths = [packed("lmdb", src=noise_folder), packed("tar", src=noise_folder)]
+
+    def read(**options):
+        m = mix(paths, weights=[0.5, 0.5], **READ, **options)
+        got = [(images.clone(), labels.clone()) for images, labels in m]
+        m.hints.wait()
+        return got, m.hints.hinted_bytes
+
+    warm, _ = read(readahead=0)
+    for path in paths:
+        uncache(path)
+    cold, hinted = read()
+    assert same(cold, warm) and hinted > 0
