@@ -270,3 +270,19 @@ def test_a_mix_read_with_the_cache_dropped_is_hinted_and_gives_the_warm_batches(
         uncache(path)
     cold, hinted = read()
     assert same(cold, warm) and hinted > 0
+
+
+def test_pack_bench_cold_drops_the_pack_and_times_fresh_processes(packed, noise_folder, tmp_path):
+    import json
+
+    from tests.conftest import run_cli
+
+    path = packed("lmdb", src=noise_folder)
+    out = tmp_path / "cold.json"
+    args = ["bench", path, "--cold", "--records-only", "--rounds", "1", "--readahead", "16M", "--workers", "0"]
+    run_cli(*args, "--batch-size", "8", "--crop", "64", "--json", out, "-q", check=True)
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["resident_before_cold"] <= 0.01 and row["resident_before_warm"] > 0.9
+    assert row["images"] == 480 and row["hinted_bytes"] > 0 and row["ratio"] > 0
+    bad = run_cli("bench", path, "--cold", "--readahead", "lots")
+    assert bad.returncode != 0 and "--readahead" in bad.stderr and "Traceback" not in bad.stderr
