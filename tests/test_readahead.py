@@ -279,8 +279,8 @@ def test_pack_bench_cold_drops_the_pack_and_times_fresh_processes(packed, noise_
 
     path = packed("lmdb", src=noise_folder)
     out = tmp_path / "cold.json"
-    args = ["bench", path, "--cold", "--records-only", "--rounds", "1", "--readahead", "16M", "--workers", "0"]
-    run_cli(*args, "--batch-size", "8", "--crop", "64", "--json", out, "-q", check=True)
+    args = ["bench", path, "--cold", "--records-only", "--rounds", "1", "--readahead", "16M", "-q"]
+    run_cli(*args, "--workers", "0", "--batch-size", "8", "--crop", "64", "--json", out, check=True)
     (row,) = json.loads(out.read_text())["rows"]
     assert row["resident_before_cold"] <= 0.01 and row["resident_before_warm"] > 0.9
     assert row["images"] == 480 and row["hinted_bytes"] > 0 and row["ratio"] > 0
