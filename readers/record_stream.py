@@ -22,6 +22,7 @@ from readers.bucket_batch import BucketAssembler
 from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
 from readers.order import OrderSpec
+from readers.readahead import ReadAhead, planned_extents
 from readers.record import Record
 from readers.remote_ahead import fetching_ahead
 from readers.sample_fields import FieldPlan, common_schema, per_dataset_schema
@@ -65,6 +66,7 @@ class RecordStream(EpochStream):
         self.targets = target_plan(spec, self.field_schemas(), self.where_fields())
         self.order = order
         self.set_loader_batch_size(spec.loader_batch_size)
+        self.hints = ReadAhead(int(spec.readahead or 0))
         self.init_stream()
 
     # -- what a source supplies ----------------------------------------------------------------
@@ -98,6 +100,12 @@ class RecordStream(EpochStream):
     def group_positions(self, epoch: int, positions: np.ndarray, group: list[tuple[int, int]]) -> np.ndarray:
         """The positions ``_emit(positions, group)`` reads (padding of a short last batch included)."""
         return np.concatenate([self._chunk(epoch, positions, a, b)[0] for a, b in group])
+
+    def read_ahead(self, positions: np.ndarray, groups: list[list[tuple[int, int]]], current: int) -> None:
+        if self.hints.enabled and self._pass is not None:
+            epoch = self._pass.epoch
+            plan = lambda g: planned_extents(self, epoch, positions, groups[g])  # noqa: E731
+            self.hints.on_group(self._pass, plan, len(groups), current)
 
     # -- the loop --------------------------------------------------------------------------------
     def _emit_pass(self, positions: np.ndarray, groups: list[list[tuple[int, int]]]) -> Iterator[Any]:

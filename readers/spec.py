@@ -24,6 +24,7 @@ from readers.decode import check_decode_kind
 from readers.errors import OptionError
 from readers.geometry import RandomResizedCrop, as_pair, crop_fits, flip_probability
 from readers.order import OrderSpec, resolve_rank
+from readers.readahead import resolve_budget
 from readers.remote_parts import merge_remote_options
 from readers.targets import check_target
 
@@ -81,6 +82,9 @@ class ReadSpec:
     storage_options: dict[str, Any] | None = _option(None)
     cache_dir: str | os.PathLike | None = _option(None)
     cache_size: int | None = _option(None)
+    # Bytes hinted ahead of the reads per process (readers/readahead.py): None = the environment's
+    # IMGPACK_READAHEAD_BYTES or 16 MiB; 0 = off. Never changes what is read.
+    readahead: int | str | None = _option(None, ITERABLES)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -116,6 +120,7 @@ class ReadSpec:
         if self.masks and self.target is None:
             raise OptionError("masks=True adds masks to target='torchvision' targets: also pass target=")
         self._check_mode()
+        set_(self, "readahead", resolve_budget(self.readahead))
         # One dict for the format reader: reader_options plus the remote options given directly.
         remote = {
             "storage_options": self.storage_options,

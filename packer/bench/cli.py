@@ -76,6 +76,18 @@ def parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> tup
     "--json", "json_path", type=click.Path(path_type=str), help="Write every figure to this JSON file."
 )
 @click.option("--markdown", is_flag=True, help="Print markdown tables instead of the terminal table.")
+@click.option(
+    "--cold",
+    is_flag=True,
+    help="Uncached epochs: drop the datasets from the page cache before each timed epoch (each in a "
+    "fresh process) and compare with warm ones, with and without read-ahead.",
+)
+@click.option("--memory-cap", help="Like --cold, the cold epoch in a memory cgroup this size (230M; root).")
+@click.option("--records-only", is_flag=True, help="With --cold: read records without decoding them (I/O).")
+@click.option("--drop-caches", is_flag=True, help="With --cold: drop the whole page cache (root).")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="--cold rounds.")
+@click.option("--readahead", default="0,16M", show_default=True, help="--cold: budgets to compare.")
+@click.option("--crop", type=click.IntRange(min=1), default=224, show_default=True, help="--cold crop.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def bench(
     datasets: tuple[str, ...],
@@ -92,6 +104,13 @@ def bench(
     plot_path: str | None,
     json_path: str | None,
     markdown: bool,
+    cold: bool,
+    memory_cap: str | None,
+    records_only: bool,
+    drop_caches: bool,
+    rounds: int,
+    readahead: str,
+    crop: int,
     quiet: bool,
 ) -> None:
     """Measure how fast DATASET... load in PyTorch: images/s, MB/s, first batch, memory, random reads.
@@ -117,6 +136,12 @@ def bench(
     for target in (json_path, plot_path):
         if target and not Path(target).resolve().parent.is_dir():
             raise click.BadParameter(f"{target}: its folder does not exist", param_hint="--json/--plot")
+    if cold or memory_cap:
+        from packer.bench.cold import cold_command
+
+        cold_command(list(datasets), workers, batch_size, memory_cap, records_only, drop_caches, rounds, crop,
+                     seed, json_path, quiet, readahead)  # fmt: skip
+        return
     settings = Settings(workers, batch_size, epochs, decode, random_reads, seed, augment, augment_size)
     log = None if quiet else (lambda message: click.echo(message, err=True))
     report = run_bench(list(datasets), baseline, settings, dali=dali, log=log)

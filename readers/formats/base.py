@@ -20,6 +20,7 @@ from readers.fields import decode, typed
 from readers.formats.label_file import LABELS_DTYPE, parse_entry
 from readers.manifest import Manifest
 from readers.paths import inside
+from readers.readahead import Extent
 from readers.record import Record
 from readers.remote import is_url
 from readers.remote_parts import RemoteParts
@@ -413,6 +414,12 @@ class FormatReader:
         if not 0 <= index < n:
             raise IndexError(f"sample index {index} out of range for {n} samples in {self.root}")
         return index
+
+    def extents(self, indices: np.ndarray) -> list[Extent] | None:
+        """The bytes reading ``indices`` will touch, for read-ahead hints (readers/readahead.py),
+        or None while a part they lie in is not open in this process (a hint never opens one).
+        A format without them (this default) is read unhinted."""
+        return []
 
     def read_many(self, indices: Sequence[int] | np.ndarray) -> list[Record]:
         """Records for ``indices`` (in that order), read as a few sequential blocks."""

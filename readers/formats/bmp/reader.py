@@ -19,6 +19,7 @@ stays small (``pack info`` on a million-image cache) and each shard has one file
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 from pathlib import Path
@@ -28,6 +29,7 @@ import numpy as np
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
 from readers.paths import check_names, inside
+from readers.readahead import Extent
 from readers.record import Record, record_crc
 
 INDEX_FORMAT = "imgpack-bmp-index"
@@ -207,6 +209,16 @@ class BmpReader(FormatReader):
 
     def describe(self, index: int) -> str:
         return f"{super().describe(index)} ({os.fsdecode(self.index.path(index))})"
+
+    def extents(self, indices) -> list[Extent] | None:
+        """Each image's whole file, opened (by the hinting threads) the way a read opens it."""
+        idx = self._handles.get("index") if self._pid == os.getpid() else None
+        if idx is None or idx.dir_fd < 0:  # not open yet, or behind a URL
+            return None if idx is None else []
+        where = str(self.root)
+        sizes = idx.sizes
+        wanted = np.asarray(indices).tolist()
+        return [Extent(functools.partial(idx.open, i, where), 0, int(sizes[i]), i) for i in wanted]
 
     def read_block(self, start: int, stop: int) -> list[Record]:
         # One file per image: there is no single sequential read to make here.

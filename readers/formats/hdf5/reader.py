@@ -28,6 +28,7 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
+from readers.readahead import Extent, open_parts, spans
 from readers.record import Record, record_crc
 
 LAYOUT_VERSION = 1
@@ -134,6 +135,48 @@ class Hdf5Part:
     def close(self) -> None:
         self.file.close()
 
+    def image_extents(self, local: np.ndarray) -> list[Extent]:
+        """Where in the file the ``images`` bytes of local samples ``local`` lie: their chunks
+        (from HDF5's chunk index, read once), or the byte range of an unchunked dataset."""
+        table = self.__dict__.get("_chunks")
+        if table is None:
+            table = self._chunks = chunk_table(self.images)
+        fd = self.file.id.get_vfd_handle()
+        if not isinstance(fd, int):
+            return []
+        base, step, offsets, sizes = table
+        if self.flat:
+            assert self.offsets is not None
+            starts, ends = self.offsets[local], np.maximum(self.offsets[local + 1], self.offsets[local] + 1)
+        else:
+            size = int(np.prod(self.images.shape[1:]))
+            starts, ends = local * size, (local + 1) * size
+        if step == 0:  # contiguous: one range of the file
+            return [Extent(fd, base + starts, ends - starts)]
+        if self.flat:  # a chunk holds `step` bytes
+            chunks = spans(starts // step, (ends - 1) // step)
+        else:  # a chunk holds `step` images
+            chunks = local // step
+        chunks = chunks[sizes[chunks] > 0]
+        return [Extent(fd, offsets[chunks], sizes[chunks])]
+
+
+def chunk_table(images: Any) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """(file offset of an unchunked dataset, samples per chunk along the first axis (0: not
+    chunked), each chunk's file offset, its stored size) of ``images``."""
+    dsid = images.id
+    if images.chunks is None:
+        return int(dsid.get_offset() or 0), 0, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    step = images.chunks[0]
+    count = -(-images.shape[0] // step)
+    offsets, sizes = np.zeros(count, np.int64), np.zeros(count, np.int64)  # size 0: never written
+    for i in range(dsid.get_num_chunks()):
+        info = dsid.get_chunk_info(i)
+        k = info.chunk_offset[0] // step
+        if 0 <= k < count:
+            offsets[k], sizes[k] = info.byte_offset, info.size
+    return 0, step, offsets, sizes
+
 
 class Hdf5Reader(FormatReader):
     name = "hdf5"
@@ -186,6 +229,10 @@ class Hdf5Reader(FormatReader):
             rdcc_nslots=CHUNK_CACHE_SLOTS,
             rdcc_w0=1.0,  # sequential reads: drop fully read chunks first
         )
+
+    def extents(self, indices) -> list[Extent] | None:
+        parts = open_parts(self, indices)
+        return None if parts is None else [e for _, part, local in parts for e in part.image_extents(local)]
 
     def read_local(self, shard: int, a: int, b: int) -> list[Record]:
         part = self.handle(shard)

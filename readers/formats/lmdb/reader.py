@@ -18,8 +18,10 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from readers.errors import ManifestError
+from readers.errors import ImgpackError, ManifestError
 from readers.formats.base import FormatReader
+from readers.formats.lmdb.pages import PageTable
+from readers.readahead import Extent, open_parts
 from readers.record import Record, unpack_record
 
 KEY = struct.Struct(">Q")
@@ -103,6 +105,37 @@ def encode_key(index: int) -> bytes:
     return KEY.pack(index)
 
 
+class OpenEnv:
+    """One environment in this process: its read transaction, and for read-ahead a descriptor
+    of the same data.mdb (opened with it) and the page table, built on the first hint."""
+
+    def __init__(self, env: lmdb.Environment, path: str, count: int):
+        self.txn = env.begin(buffers=True)
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self.path = path
+        self.count = count
+        self.pages: PageTable | None = None
+        self.pages_failed = False
+
+    def page_table(self) -> PageTable | None:
+        """The page table (None where data.mdb's tree cannot be walked: no hints, reads as before)."""
+        if self.pages is None and not self.pages_failed:
+            try:
+                self.pages = PageTable(self.fd, self.count, self.path)
+            except (ImgpackError, OSError, struct.error):
+                self.pages_failed = True
+        return self.pages
+
+    def close(self) -> None:
+        try:
+            self.txn.abort()
+        except lmdb.Error:
+            pass
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class LmdbReader(FormatReader):
     name = "lmdb"
     merge_gap = 1  # B-tree lookups in a memory map: reading the records in between buys nothing
@@ -141,24 +174,30 @@ class LmdbReader(FormatReader):
         entry = self.manifest.shards[shard]
         path = self._check_env(entry)
         self.check_sha256(path, entry.sha256, self.location(self.checksum_name(entry)))
-        env = shared_env(path)
         # One long read transaction per environment and process: values come back as zero-copy
         # memoryviews into the memory map and stay valid while it is open.
-        return env, env.begin(buffers=True)
+        return OpenEnv(shared_env(path), path, entry.count)
 
     def _close_handle(self, handle) -> None:
-        _, txn = handle
-        try:
-            txn.abort()
-        except lmdb.Error:
-            pass
+        handle.close()
+
+    def extents(self, indices) -> list[Extent] | None:
+        parts = open_parts(self, indices)
+        if parts is None:
+            return None
+        out: list[Extent] = []
+        for _, opened, local in parts:
+            table = opened.page_table()
+            if table is not None:
+                out.append(Extent(opened.fd, *table.extents(local)))
+        return out
 
     def _where(self, index: int) -> str:
         return self.describe(index)
 
     def read_local(self, shard: int, start: int, stop: int) -> list[Record]:
         first = self.manifest.shards[shard].first
-        _, txn = self.handle(shard)
+        txn = self.handle(shard).txn
         if stop - start == 1:  # a lookup is cheaper than setting up a cursor
             value = txn.get(encode_key(start))
             if value is None:
@@ -200,7 +239,7 @@ class LmdbReader(FormatReader):
             first = int(firsts[shard])
             local = (idx[where] - first).astype(">u8").tobytes()
             keys = [local[k : k + KEY.size] for k in range(0, len(local), KEY.size)]
-            _, txn = self.handle(shard)
+            txn = self.handle(shard).txn
             with txn.cursor() as cursor:
                 values = cursor.getmulti(keys)
             if len(values) != len(keys):  # getmulti leaves out missing keys: name the first one
@@ -222,7 +261,7 @@ class LmdbReader(FormatReader):
     def labels(self) -> np.ndarray:
         parts = []
         for shard in range(len(self.manifest.shards)):
-            _, txn = self.handle(shard)
+            txn = self.handle(shard).txn
             raw = txn.get(LABELS_KEY)
             if raw is None:
                 return super().labels()

@@ -30,6 +30,7 @@ from readers.checksums import check_against_manifest
 from readers.errors import ChecksumError, ManifestError, warn
 from readers.formats.base import FormatReader, open_shard_file
 from readers.manifest import Shard
+from readers.readahead import Extent, open_parts
 from readers.record import Record
 from readers.remote import remote_call, remote_chunks
 
@@ -285,6 +286,17 @@ class TarReader(FormatReader):
         from readers.remote_ahead import ranges_ahead
 
         return ranges_ahead(self, planned, settings)
+
+    def extents(self, indices) -> list[Extent] | None:
+        parts = open_parts(self, indices)
+        if parts is None:
+            return None
+        out: list[Extent] = []
+        for _, opened, local in parts:
+            if opened.fd is not None:  # a local shard (remote ones are fetched by ranges)
+                starts = opened.index.image_offset[local]
+                out.append(Extent(opened.fd, starts, opened.index.end[local] - starts))
+        return out
 
     def read_local(self, position: int, a: int, b: int) -> list[Record]:
         """Records at local positions [a, b) of shard ``position``, with one pread."""

@@ -39,6 +39,7 @@ from readers.formats.base import FormatReader, open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.formats.tfrecord.fields import FIELDS_FEATURE
 from readers.manifest import Manifest, Shard
+from readers.readahead import Extent, open_parts
 from readers.record import Buffer, Record
 
 LENGTH = struct.Struct("<QI")  # length, masked crc of the length
@@ -260,6 +261,16 @@ class TfrecordReader(FormatReader):
 
     def _close_handle(self, handle: Any) -> None:
         handle.close()
+
+    def extents(self, indices) -> list[Extent] | None:
+        parts = open_parts(self, indices)
+        if parts is None:
+            return None
+        out: list[Extent] = []
+        for _, opened, local in parts:
+            if opened.fd >= 0:
+                out.append(Extent(opened.fd, opened.offsets[local], opened.sizes[local]))
+        return out
 
     def read_local(self, position: int, a: int, b: int) -> list[Record]:
         shard = self.manifest.shards[position]

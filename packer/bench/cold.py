@@ -1,0 +1,259 @@
+"""``pack bench --cold`` and ``--memory-cap``: epochs that come from the disk, against warm ones.
+
+For each dataset, round and read-ahead setting: a warm-up epoch (which fills the page cache),
+then a timed warm epoch, then the dataset is dropped from the cache (its own files, or with
+``drop_caches`` the whole cache) and a timed cold epoch follows, on the same epoch's order. Every
+epoch runs in a fresh process (``packer.bench.cold_epoch``): pages a live process has mapped are
+not dropped. With ``memory_cap`` the cold epoch's process tree runs in a memory cgroup of that
+size (choose it a third of the dataset or less), so the cache cannot hold what it reads. The
+settings alternate their order from round to round, so a drift of the machine's load hits both;
+the figure is the median over rounds of each round's cold/warm ratio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from packer.bench.harness import BenchError, folder_bytes, machine_info, run_measured
+from packer.bench.pagecache import MemoryCap, dataset_resident, drop_all_caches, evict, read_sequentially
+from readers.errors import OptionError
+from readers.manifest import read_manifest
+from readers.readahead import resolve_budget
+
+DAMON = Path("/sys/kernel/mm/damon/admin/kdamonds")
+
+
+@dataclass(frozen=True)
+class ColdSettings:
+    workers: int = 2
+    batch_size: int = 64
+    rounds: int = 3
+    readahead: tuple[int, ...] = (0, resolve_budget(None))
+    records_only: bool = False
+    crop: int = 224
+    drop_caches: bool = False
+    memory_cap: int | None = None
+    seed: int = 0
+    timeout: float = 900
+
+
+def run_epoch(
+    path: str, settings: ColdSettings, readahead: int, epoch: int, cap: MemoryCap | None = None
+) -> dict:
+    """One epoch of ``path`` in a fresh process (in ``cap``'s cgroup if given): its figures."""
+    args = {
+        "path": path,
+        "workers": settings.workers,
+        "batch_size": settings.batch_size,
+        "readahead": readahead,
+        "records_only": settings.records_only,
+        "crop": settings.crop,
+        "epoch": epoch,
+        "seed": settings.seed,
+    }
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's packer and readers
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    cmd = [sys.executable, "-m", "packer.bench.cold_epoch", json.dumps(args)]
+    measured = run_measured(
+        cmd, check=False, timeout=settings.timeout, env=env, preexec_fn=cap.join if cap is not None else None
+    )
+    if measured.returncode:
+        killed = f" (killed: {cap.events()})" if cap is not None else ""
+        tail = measured.stderr.strip().splitlines()[-3:]
+        raise BenchError(f"{path}: epoch process exited {measured.returncode}{killed}: {' / '.join(tail)}")
+    result = json.loads(measured.stdout.strip().splitlines()[-1])
+    result["rate"] = result["images"] / result["seconds"]
+    result["peak_rss_bytes"] = measured.peak_rss_bytes
+    return result
+
+
+def damon_state() -> str:
+    """Whether a DAMON page-out scheme runs (it evicts idle page cache: warm figures may read some
+    pages from the disk); "" where DAMON is absent."""
+    try:
+        states = [(d / "state").read_text().strip() for d in DAMON.iterdir() if d.name.isdigit()]
+        actions = [a.read_text().strip() for a in DAMON.glob("*/contexts/*/schemes/*/action")]
+    except OSError:
+        return ""
+    return f"kdamonds {','.join(states) or 'none'}; schemes {','.join(actions) or 'none'}"
+
+
+def disk_rate(path: str) -> float:
+    """The disk's sequential read rate in bytes/s, reading ``path``'s files after evicting them."""
+    evict(path)
+    total, seconds = read_sequentially(path)
+    evict(path)
+    return total / seconds if seconds > 0 else float("nan")
+
+
+def run_cold(datasets: list[str], settings: ColdSettings, log: Callable[[str], None] | None = None) -> dict:
+    say = log or (lambda message: None)
+    conditions: dict[str, Any] = {**machine_info(), "settings": asdict(settings), "damon": damon_state()}
+    conditions["disk_bytes_per_s"] = disk_rate(datasets[0])
+    say(f"disk: {conditions['disk_bytes_per_s'] / 1e6:.0f} MB/s sequential ({datasets[0]})")
+    rows = []
+    for path in datasets:
+        manifest = read_manifest(path)
+        size = folder_bytes(path)
+        cap = None
+        if settings.memory_cap is not None:
+            cap = MemoryCap(settings.memory_cap)
+        try:
+            for rnd in range(settings.rounds):
+                order = settings.readahead if rnd % 2 == 0 else tuple(reversed(settings.readahead))
+                for readahead in order:
+                    rows.append(_one_round(path, manifest.format, size, settings, readahead, rnd, cap, say))
+        finally:
+            if cap is not None:
+                cap.remove()
+    return {"conditions": conditions, "rows": rows, "summary": summarize(rows, conditions)}
+
+
+def _one_round(
+    path: str,
+    fmt: str,
+    size: int,
+    settings: ColdSettings,
+    readahead: int,
+    rnd: int,
+    cap: MemoryCap | None,
+    say: Callable[[str], None],
+) -> dict:
+    run_epoch(path, settings, readahead, rnd)  # fills the cache
+    resident_warm = dataset_resident(path)
+    warm = run_epoch(path, settings, readahead, rnd)
+    if settings.drop_caches:
+        drop_all_caches()
+    else:
+        evict(path)
+    resident_cold = dataset_resident(path)
+    cold = run_epoch(path, settings, readahead, rnd, cap)
+    row = {
+        "dataset": path,
+        "format": fmt,
+        "bytes": size,
+        "round": rnd,
+        "readahead": readahead,
+        "warm": warm["rate"],
+        "cold": cold["rate"],
+        "ratio": cold["rate"] / warm["rate"],
+        "resident_before_warm": resident_warm,
+        "resident_before_cold": resident_cold,
+        "hinted_bytes": cold["hinted_bytes"],
+        "cold_peak_rss_bytes": cold["peak_rss_bytes"],
+        "images": cold["images"],
+    }
+    if cap is not None:
+        row["cap_bytes"], row["cap_peak_bytes"] = cap.limit, cap.peak()
+    say(
+        f"{path} round {rnd} readahead {readahead}: warm {row['warm']:.0f} img/s, "
+        f"{'capped' if cap else 'cold'} {row['cold']:.0f} img/s, ratio {row['ratio']:.2f} "
+        f"(cached before warm {resident_warm:.2f}, before cold {resident_cold:.2f})"
+    )
+    return row
+
+
+def summarize(rows: list[dict], conditions: dict) -> list[dict]:
+    """Per (dataset, read-ahead): the rounds' ratios, their median, the median rates and, against
+    the disk, the ceiling ``min(warm rate, disk rate / bytes per image)``."""
+    out = []
+    keys = dict.fromkeys((r["dataset"], r["readahead"]) for r in rows)
+    for dataset, readahead in keys:
+        mine = [r for r in rows if r["dataset"] == dataset and r["readahead"] == readahead]
+        warm = statistics.median(r["warm"] for r in mine)
+        per_image = mine[0]["bytes"] / max(1, mine[0]["images"])
+        ceiling = min(warm, conditions["disk_bytes_per_s"] / per_image)
+        cold = statistics.median(r["cold"] for r in mine)
+        out.append(
+            {
+                "dataset": dataset,
+                "format": mine[0]["format"],
+                "readahead": readahead,
+                "ratios": [round(r["ratio"], 2) for r in mine],
+                "ratio": statistics.median(r["ratio"] for r in mine),
+                "warm": warm,
+                "cold": cold,
+                "of_ceiling": cold / ceiling,
+            }
+        )
+    return out
+
+
+def format_cold(report: dict) -> str:
+    """A markdown table of the summary, with the conditions under it."""
+    capped = report["conditions"]["settings"]["memory_cap"]
+    kind = "capped" if capped else "cold"
+    lines = [
+        f"| format | readahead | warm img/s | {kind} img/s | {kind} / warm (rounds) | median | of ceiling |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for s in report["summary"]:
+        ratios = ", ".join(f"{r:.2f}" for r in s["ratios"])
+        lines.append(
+            f"| {s['format']} | {s['readahead'] >> 20} MiB | {s['warm']:.0f} | {s['cold']:.0f} | {ratios} | "
+            f"**{s['ratio']:.2f}** | {s['of_ceiling']:.2f} |"
+        )
+    c = report["conditions"]
+    st = c["settings"]
+    read = "records only (no decode)" if st["records_only"] else f"decoded, centre crop {st['crop']}"
+    lines.append("")
+    lines.append(
+        f"{read}, batch {st['batch_size']}, {st['workers']} workers, {st['rounds']} rounds; disk "
+        f"{c['disk_bytes_per_s'] / 1e6:.0f} MB/s sequential; load average at start "
+        f"{c['load_average_at_start']}; {c['cpus']} CPUs"
+        + (f"; memory cap {capped >> 20} MiB" if capped else "")
+        + (f"; DAMON: {c['damon']}" if c["damon"] else "")
+    )
+    return "\n".join(lines)
+
+
+def cold_command(
+    datasets: list[str],
+    workers: tuple[int, ...],
+    batch_size: int,
+    memory_cap: str | None,
+    records_only: bool,
+    drop_caches: bool,
+    rounds: int,
+    crop: int,
+    seed: int,
+    json_path: str | None,
+    quiet: bool,
+    readahead: str = "0,16M",
+) -> None:
+    """``pack bench --cold`` / ``--memory-cap``: run, print the table, write the JSON."""
+    import click
+
+    from readers.readahead import parse_bytes
+
+    for path in datasets:
+        if not Path(path).is_dir():
+            raise click.BadParameter(
+                f"{path}: --cold and --memory-cap read local packed datasets (a directory)"
+            )
+    cap = parse_bytes(memory_cap, "--memory-cap") if memory_cap else None
+    try:
+        budgets = tuple(
+            dict.fromkeys(parse_bytes(b, "--readahead") for b in readahead.split(",") if b.strip())
+        )
+    except OptionError as exc:
+        raise click.BadParameter(str(exc), param_hint="--readahead") from None
+    settings = ColdSettings(
+        workers=workers[-1], batch_size=batch_size, rounds=rounds, records_only=records_only, crop=crop,
+        drop_caches=drop_caches, memory_cap=cap, seed=seed, readahead=budgets or (0,),
+    )  # fmt: skip
+    log = None if quiet else (lambda message: click.echo(message, err=True))
+    try:
+        report = run_cold(datasets, settings, log)
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(format_cold(report))
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2) + "\n")

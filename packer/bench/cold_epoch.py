@@ -1,0 +1,71 @@
+"""One measured epoch in a fresh process, for ``pack bench --cold`` (``packer.bench.cold``).
+
+``python -m packer.bench.cold_epoch '<json settings>'`` opens the dataset, reads one epoch through
+``make_loader`` and prints ``{"images", "bytes", "seconds", "hinted_bytes"}`` as JSON. A fresh
+process per epoch: pages a live process has mapped (LMDB's map) are not dropped from the cache.
+
+``records_only``: the records are read (by the same stream, order and read-ahead) but not
+decoded, which isolates the I/O; else whole batches are decoded and centre-cropped to ``crop``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from readers import make_loader, open_iterable
+from readers.iterable import PackedIterable
+from readers.record import Record
+
+
+class RecordsOnly(PackedIterable):
+    """``open_iterable`` whose batches are (records, bytes) counts: read, never decoded."""
+
+    def _emit_records(
+        self, records: list[Record], chunks: list[tuple[np.ndarray, int]], epoch: int
+    ) -> Iterator[Any]:
+        assert self._pass is not None
+        cursor = 0
+        for indices, counted in chunks:
+            part = records[cursor : cursor + len(indices)]
+            cursor += len(indices)
+            self._pass.samples += counted
+            yield torch.tensor([counted, sum(len(r.data) for r in part), self.hints.hinted_bytes])
+
+
+def measure(settings: dict[str, Any]) -> dict[str, Any]:
+    start = time.perf_counter()
+    options = {
+        "batch_size": settings["batch_size"],
+        "seed": settings.get("seed", 0),
+        "readahead": settings.get("readahead"),
+        "crop": settings.get("crop", 224),  # a batch holds one size (records only: not applied)
+    }
+    if settings.get("records_only"):
+        stream: PackedIterable = RecordsOnly(settings["path"], **options)
+    else:
+        stream = open_iterable(settings["path"], **options)
+    stream.set_epoch(settings.get("epoch", 0))
+    loader = make_loader(stream, num_workers=settings.get("workers", 2))
+    images = nbytes = 0
+    hinted: dict[int, int] = {}
+    for k, batch in enumerate(loader):
+        if settings.get("records_only"):
+            count, size, hints = batch.tolist()
+            images += count
+            nbytes += size
+            hinted[k % max(1, settings.get("workers", 2))] = hints  # each worker's running total
+        else:
+            images += len(batch[1])
+    seconds = time.perf_counter() - start
+    return {"images": images, "bytes": nbytes, "seconds": seconds, "hinted_bytes": sum(hinted.values())}
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(json.loads(sys.argv[1]))))
