@@ -85,3 +85,14 @@ def test_four_ranks_read_each_sample_once_and_resume_on_three(tmp_path, fmt):
     assert sorted(union.tolist()) == list(range(samples))
     assert 0 < result.state_json_bytes < 4096 and 0 < result.state_torch_bytes < 8192
     assert 50 < result.pss_mib < 2000 and result.first_batch_s > 0
+
+
+def test_hdf5_images_are_read_without_a_chunk_cache_unless_compressed(packed):
+    from readers.formats import open_reader
+
+    spec = {"resize": 40, "encode": "jpeg"}
+    for options, cached in (({}, False), ({"compression": "gzip"}, True)):
+        reader = open_reader(packed("hdf5", options=options, **spec))
+        reader.read_block(0, 8)
+        cache_bytes = reader.handle(0).images.id.get_access_plist().get_chunk_cache()[1]
+        assert (cache_bytes > 0) == cached, (options, cache_bytes)

@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=scratch, help="packs (kept and reused) and the ranks' files")
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of the table")
     args = parser.parse_args(argv)
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir).resolve()  # the gloo file store needs an absolute path
     workdir.mkdir(parents=True, exist_ok=True)
     results = []
     if not args.json:
