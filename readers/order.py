@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,70 @@ def global_order(
         window_id = np.arange(num_samples, dtype=np.int64) // window
         order = order[np.lexsort((rng.random(num_samples), window_id))]
     return order
+
+
+WINDOWS_PER_DRAW = 16  # shuffle windows whose keys order_at draws at once (bounds its memory)
+
+
+def order_at(
+    positions: np.ndarray,
+    num_samples: int,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    block_size: int = 1,
+    buffer_size: int = 0,
+) -> np.ndarray:
+    """``global_order(...)[positions]`` without building the whole order (int64).
+
+    A rank reads 1/world_size of an epoch: it needs the block permutation (one entry per block)
+    and the shuffle keys of the windows its positions fall in, not N-long arrays. The keys are
+    the same draws ``global_order`` makes: PCG64 ``advance`` jumps to a window's first key (one
+    64-bit step per double), and a stable argsort inside a window is lexsort's order there."""
+    positions = np.asarray(positions, dtype=np.int64)
+    if positions.size and (positions.min() < 0 or positions.max() >= num_samples):
+        raise ValueError(f"positions must lie in [0, {num_samples})")
+    if not shuffle or num_samples <= 1:
+        return positions.copy()
+    block_size = max(1, int(block_size))
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, num_samples])
+    num_blocks = math.ceil(num_samples / block_size)
+    permuted = rng.permutation(num_blocks).astype(np.int64)
+    window = max(1, int(buffer_size) // block_size) * block_size if buffer_size > 0 else 0
+    if window > 1:
+        positions = _window_sources(positions, num_samples, window, rng.bit_generator.state)
+    return _block_order_at(positions, permuted, num_samples, block_size)
+
+
+def _block_order_at(positions: np.ndarray, permuted: np.ndarray, num_samples: int, block: int) -> np.ndarray:
+    """The block-permuted sequence at ``positions``. Only the last source block may be short;
+    positions past it (in permuted order) are shifted by what it lacks."""
+    short = block - (num_samples - (len(permuted) - 1) * block)
+    if short:
+        end = (int(np.flatnonzero(permuted == len(permuted) - 1)[0]) + 1) * block - short
+        positions = positions + np.where(positions >= end, short, 0)
+    return permuted[positions // block] * block + positions % block
+
+
+def _window_sources(positions: np.ndarray, num_samples: int, window: int, state: Any) -> np.ndarray:
+    """Where each position's sample sits before its window was shuffled."""
+    out = np.empty_like(positions)
+    windows = positions // window
+    per_draw = WINDOWS_PER_DRAW * window
+    for first in np.unique(windows // WINDOWS_PER_DRAW * per_draw).tolist():
+        bits = np.random.PCG64()
+        bits.state = state
+        keys = np.random.Generator(bits.advance(first)).random(min(per_draw, num_samples - first))
+        here = np.flatnonzero((positions >= first) & (positions < first + per_draw))
+        # the last window of the epoch may be short: pad its keys past every real one
+        if len(keys) % window:
+            keys = np.concatenate([keys, np.full(-len(keys) % window, 2.0)])
+        keys = keys.reshape(-1, window)
+        needed, row = np.unique(windows[here] - first // window, return_inverse=True)
+        ranks = np.argsort(keys[needed], axis=1, kind="stable")
+        out[here] = windows[here] * window + ranks[row, positions[here] % window]
+    return out
 
 
 PACK_ORDERS = ("shuffled", "source")
@@ -172,7 +237,13 @@ class OrderSpec:
 
     def epoch_order(self, epoch: int, start: int = 0) -> np.ndarray:
         """This rank's sample indices for ``epoch``, from global position ``start`` on."""
-        order = global_order(
+        if self.num_samples == 0:
+            return np.zeros(0, dtype=np.int64)
+        positions = rank_positions(
+            self.num_samples, self.rank, self.world_size, self.drop_last, unit=self.unit, start=start
+        )
+        return order_at(
+            positions % self.num_samples,
             self.num_samples,
             seed=self.seed,
             epoch=epoch,
@@ -180,7 +251,6 @@ class OrderSpec:
             block_size=self.block_size,
             buffer_size=self.buffer_size,
         )
-        return rank_order(order, self.rank, self.world_size, self.drop_last, unit=self.unit, start=start)
 
     @property
     def samples_per_rank(self) -> int:
