@@ -57,6 +57,10 @@ SUBSTITUTIONS = [
     (r"--samples 1000000 --per-part 100000", "--samples 2000 --per-part 1000"),
     (r"--seconds 1800\b", "--seconds 2"),
     (r"--n 4000 --rounds 3 --delays 0,30", "--n 48 --rounds 1 --delays 0,30"),
+    (
+        r"--samples 100000,1280000 --formats lmdb,hdf5 --ranks 16 --resume-ranks 12 --workers 2",
+        "--samples 1000 --formats lmdb --ranks 2 --resume-ranks 1 --workers 1 --workdir many-ranks",
+    ),
 ]
 
 
