@@ -549,5 +549,7 @@ def test_killed_dali_py_worker_is_an_error_not_a_hang(packed):
         for _ in batches:
             pass
     assert time.monotonic() - started < 10
+    # the pool's other workers are gone too: one left blocked would hang this process's exit
+    assert not [p for p in workers[1:] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     fresh = dali_loader(root, batch_size=4, device="cpu", crop=32, py_workers=2, shuffle=False)
     assert sum(len(y) for _, y in fresh) == 44  # a new loader reads again

@@ -306,11 +306,18 @@ class DaliLoader:
             requests.put(False)
 
     def _worker_death(self) -> ImgpackError | None:
-        """An error naming a DALI py_workers process that has exited, or None."""
+        """An error naming a DALI py_workers process that has exited, or None. The pool's other
+        processes are killed then: one blocked on a lock the dead one held would otherwise keep
+        this interpreter from exiting (multiprocessing joins its children at exit)."""
         for pipe in getattr(self._iterator, "_pipes", None) or []:
             pool = getattr(getattr(pipe, "_py_pool", None), "pool", None)
-            for process in getattr(pool, "_processes", None) or []:
+            processes = list(getattr(pool, "_processes", None) or [])
+            for process in processes:
                 if process.exitcode is not None:
+                    for other in processes:
+                        if other.exitcode is None:
+                            other.kill()
+                            other.join(5)
                     return ImgpackError(
                         f"{self.feed.path}: a DALI py_workers process (pid {process.pid}) exited "
                         f"with code {process.exitcode} (killed?); this loader's pipeline cannot go "
