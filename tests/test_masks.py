@@ -14,14 +14,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from PIL import Image
+from pycocotools import mask as coco_mask  # the reference mask decoder (imgpack[all] installs it)
 
 from packer.cli import main
 from packer.coco import scan_coco
 from readers import RandomResizedCrop, open_dataset, open_iterable
 from tests.cocodata import CATEGORIES, colour_of
-
-pytest.importorskip("pycocotools", reason="masks are decoded with pycocotools (imgpack[all])")
-from pycocotools import mask as coco_mask  # noqa: E402
 
 MIN_AREA = 60  # masks smaller than this in the output are slivers whose colour edges blur
 
