@@ -20,7 +20,8 @@ demo: venv
 	$(PY) scripts/demo.py --out $(DEMO_OUT)
 
 test: venv
-	$(PY) -m pytest -q -p no:cacheprovider
+	# One test process per core (at most 4); the Ray tests share one (conftest.py).
+	$(PY) -m pytest -q -p no:cacheprovider -n auto --maxprocesses 4 --dist loadgroup
 
 lint: venv
 	$(VENV)/bin/ruff check packer readers scripts tests

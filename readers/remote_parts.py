@@ -99,7 +99,8 @@ class RemoteParts:
         """Bytes [start, end) of the object ``name`` (all of it by default), one request."""
         fs, _ = self.fs
         try:
-            return remote_call(self.url(name), "reading", fs.cat_file, self.remote_path(name), start, end)
+            path = self.remote_path(name)
+            return remote_call(self.url(name), "reading", fs.cat_file, path, start=start, end=end)
         except FileNotFoundError:
             raise self.missing(name) from None
 

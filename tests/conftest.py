@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,12 +19,19 @@ sys.path.insert(0, str(REPO))  # tests import scripts/ and tests/badinput.py by 
 
 from tests.s3server import s3  # noqa: E402,F401 - the moto S3 server fixture, for every test file
 
+_RAY_WORD = re.compile(r"(^|[_/\[-])ray([_.\]-]|$)")
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses the moto S3 server is a ``remote`` test (``pytest -m "not remote"``)."""
+    """A test that uses the moto S3 server is a ``remote`` test (``pytest -m "not remote"``).
+    Tests that start Ray share one xdist worker (``make test`` runs two): ``ray stop --force``
+    and the fault tests' process scans act on every Ray process of the machine."""
     for item in items:
         if "s3" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.remote)
+        if item.get_closest_marker("ray") or _RAY_WORD.search(item.nodeid.lower()):
+            item.add_marker(pytest.mark.ray)
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 def cli_env() -> dict[str, str]:
