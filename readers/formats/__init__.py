@@ -42,6 +42,12 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     """
     identity = None if is_url(path) else dir_identity(path)  # before the manifest is read
     manifest: Manifest = read_manifest(path, options.get("storage_options"))
+    from readers.views import VIEW_FORMAT, open_view  # here: readers.views imports formats.base
+
+    if manifest.format == VIEW_FORMAT:  # a subset of another dataset (readers/views.py)
+        view = open_view(path, manifest, open_reader, verify=verify, **options)
+        view.pin_directory(identity)
+        return view
     cls = reader_class(manifest.format)
     fmt = format_named(manifest.format)
     unknown = sorted(k for k in options if not fmt.accepts_reader_option(k))

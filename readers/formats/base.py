@@ -141,6 +141,11 @@ class FormatReader:
             for position in range(len(self.manifest.shards)):
                 self._close_handle(self._open_unreplaced(position))
 
+    def checked_parts(self) -> list[tuple[FormatReader, Any]]:
+        """(reader, shard) of each part ``pack verify`` checksums: this reader's shards (a view
+        lists its parent's shards that hold its samples, readers/views.py)."""
+        return [(self, shard) for shard in self.manifest.shards]
+
     def location(self, name: str) -> str:
         """Where part ``name`` lives, for messages: its URL, or its path in the dataset directory."""
         return self.parts.url(name) if self.parts is not None else str(self.part_path(name))
