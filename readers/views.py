@@ -37,7 +37,7 @@ import numpy as np
 
 from readers.checksums import REMOTE_FIX, check_against_manifest, sha256_of_bytes
 from readers.errors import ManifestError
-from readers.formats.base import FormatReader, check_regular, read_all
+from readers.formats.base import FormatReader, check_regular, read_all, shards_holding
 from readers.manifest import SEAL_FIELD, Manifest, json_text, seal_of
 from readers.record import Record
 from readers.remote import is_url, join_url, read_url
@@ -203,7 +203,7 @@ def open_view(
         parent_options.pop("cache_dir", None)
         parent_options.pop("cache_size", None)
     try:
-        parent = opener(parent_root, verify=verify, **parent_options)
+        parent = opener(parent_root, verify=verify, only_samples=indices, **parent_options)
     except ManifestError as exc:
         raise ViewParentError(f"{path}: its parent {parent_root} does not open: {exc}") from exc
     check_parent(path, parent_root, info, parent.manifest)
@@ -282,20 +282,15 @@ class ViewReader(FormatReader):
         return np.fromiter((r.label for r in self.read_block(0, len(self))), np.int64, count=len(self))
 
     def check_parts(self) -> None:
-        self.parent.check_parts()
+        self.parent.check_parts_of(shards_holding(self.parent.manifest, self.indices))
 
     def check_every_part(self) -> None:
         self.parent.check_every_part()
 
-    def used_shards(self) -> list[int]:
-        """Positions of the parent's shards that hold a sample of the view."""
-        firsts = np.array([s.first for s in self.parent.manifest.shards], dtype=np.int64)
-        return np.unique(np.searchsorted(firsts, self.indices, side="right") - 1).tolist()
-
     def checked_parts(self) -> list[tuple[FormatReader, Any]]:
         used = self.__dict__.get("_used")
         if used is None:
-            used = self._used = self.used_shards()
+            used = self._used = shards_holding(self.parent.manifest, self.indices)
         shards = self.parent.manifest.shards
         return [(self.parent, shards[p]) for p in used]
 

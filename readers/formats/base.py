@@ -74,6 +74,12 @@ def read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def shards_holding(manifest: Manifest, indices: np.ndarray) -> list[int]:
+    """Positions (ascending) of the shards of ``manifest`` that hold the samples ``indices``."""
+    firsts = np.array([s.first for s in manifest.shards], dtype=np.int64)
+    return np.unique(np.searchsorted(firsts, np.asarray(indices, dtype=np.int64), side="right") - 1).tolist()
+
+
 def dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
     try:
         st = os.stat(root)
@@ -132,6 +138,11 @@ class FormatReader:
 
         Called by ``open_reader`` for local datasets; formats override it.
         """
+
+    def check_parts_of(self, positions: Sequence[int]) -> None:
+        """``check_parts`` for the shards at ``positions`` only (a view's parent: the parts its
+        samples lie in); formats whose check is costly (hashing under ``verify``) override it."""
+        self.check_parts()
 
     def check_every_part(self) -> None:
         """What ``pack info`` checks: ``check_parts``, and, where the format checks shards as it
