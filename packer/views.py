@@ -196,24 +196,25 @@ def _check_target(out: str, force: bool, options: dict[str, Any] | None) -> None
             raise OptionError(f"{out}: exists and is not a view; choose an empty or new directory")
 
 
-def split_keys(reader: FormatReader, key: str, storage_options: dict[str, Any] | None) -> list[str]:
-    """The stable key of each sample of ``reader`` (a dataset or a view), as text."""
+def split_keys(
+    reader: FormatReader, dataset: str, key: str, storage_options: dict[str, Any] | None
+) -> list[str]:
+    """The stable key of each sample of ``reader`` (opened on ``dataset``, or a view), as text."""
     if key not in SPLIT_KEYS:
         raise OptionError(f"--key {key!r}: choose one of {', '.join(SPLIT_KEYS)}")
-    root = reader.parent if isinstance(reader, ViewReader) else reader
-    at = reader.indices if isinstance(reader, ViewReader) else np.arange(len(reader))
-    if key == "index":
+    if key == "index":  # a view: its root dataset's indices
+        at = reader.indices if isinstance(reader, ViewReader) else np.arange(len(reader))
         return [str(i) for i in at.tolist()]
     try:
-        paths = source_paths(str(root.root), storage_options)
+        paths = source_paths(dataset, storage_options)
     except ManifestError as exc:
         raise ManifestError(f"{exc}; or split by dataset index with --key index") from None
-    if len(paths) != len(root):
+    if len(paths) != len(reader):
         raise ManifestError(
-            f"{root.root}: source-paths.nul lists {len(paths)} paths for {len(root)} samples; "
+            f"{dataset}: source-paths.nul lists {len(paths)} paths for {len(reader)} samples; "
             "re-pack the dataset, or split by dataset index with --key index"
         )
-    return [paths[i] for i in at.tolist()]
+    return paths
 
 
 def in_val(keys: Sequence[str], val: float, seed: int) -> np.ndarray:
@@ -242,7 +243,7 @@ def split_views(
         raise OptionError(f"--val {val}: give the validation fraction, between 0 and 1 (e.g. 0.05)")
     reader = open_reader(dataset, storage_options=storage_options)
     try:
-        chosen = in_val(split_keys(reader, key, storage_options), val, seed)
+        chosen = in_val(split_keys(reader, str(dataset), key, storage_options), val, seed)
         made = {"by": "split", "val": val, "seed": seed, "key": key}
         sides = {"train": np.flatnonzero(~chosen), "val": np.flatnonzero(chosen)}
         for side, indices in sides.items():

@@ -38,7 +38,7 @@ import numpy as np
 from readers.checksums import REMOTE_FIX, check_against_manifest, sha256_of_bytes
 from readers.errors import ManifestError
 from readers.formats.base import FormatReader, check_regular, read_all, shards_holding
-from readers.manifest import SEAL_FIELD, Manifest, json_text, seal_of
+from readers.manifest import SEAL_FIELD, Manifest, json_text, read_manifest, seal_of
 from readers.record import Record
 from readers.remote import is_url, join_url, read_url
 
@@ -208,6 +208,25 @@ def open_view(
         raise ViewParentError(f"{path}: its parent {parent_root} does not open: {exc}") from exc
     check_parent(path, parent_root, info, parent.manifest)
     return ViewReader(path, view, parent, indices, verify)
+
+
+def view_source_paths(
+    dataset: Any, storage_options: dict[str, Any] | None, lookup: Callable[..., list[str]]
+) -> list[str] | None:
+    """The source paths of the samples of ``dataset`` if it is a view (its parent's, from
+    ``lookup(parent, storage_options)``, at its indices), else None."""
+    try:
+        manifest = read_manifest(dataset, storage_options)
+    except ManifestError:
+        return None
+    if not is_view(manifest):
+        return None
+    parent = parent_location(dataset, view_info(manifest)["parent"])
+    paths = lookup(parent, storage_options)
+    indices = read_index(dataset, manifest, storage_options)
+    if indices.size and indices[-1] >= len(paths):
+        raise ManifestError(f"{parent}: source-paths.nul lists {len(paths)} paths, fewer than the view needs")
+    return [paths[i] for i in indices.tolist()]
 
 
 class ViewReader(FormatReader):

@@ -93,6 +93,7 @@ def test_a_view_of_a_view_names_the_root_dataset(packed, tmp_path):
     assert os.path.normpath(tmp_path / "second" / info["parent"]) == os.path.normpath(root)
     reader = open_reader(second)
     assert reader.indices.tolist() == [PICKED[1], PICKED[4], PICKED[5]]
+    assert source_paths(second) == [source_paths(root)[i] for i in (PICKED[1], PICKED[4], PICKED[5])]
     assert isinstance(reader.parent, type(open_reader(root)))
 
 
