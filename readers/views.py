@@ -89,7 +89,7 @@ def view_info(manifest: Manifest) -> dict[str, Any]:
         or manifest.shards[0].bytes != manifest.num_samples * INDEX_DTYPES[info["dtype"]]
     ):
         problem = "does not list one index file of one integer per sample"
-    if problem:
+    if problem or not isinstance(info, dict):
         raise ManifestError(f"{where}: a view manifest that {problem}; make the view again with `pack view`")
     return info
 
