@@ -139,8 +139,10 @@ def _write(
         fields=dict(parent.fields),
     )
     manifest.validate(out)
-    if not is_url(out) and os.path.realpath(out) == os.path.realpath(root):
-        raise OptionError(f"{out}: is the dataset itself; write the view to another directory")
+    if not is_url(out) and not is_url(root):
+        real_out, real_root = os.path.realpath(out), os.path.realpath(root)
+        if real_out == real_root or real_out.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise OptionError(f"{out}: is inside the dataset {root}; write the view to a directory beside it")
     _store(out, name, data, manifest, force, storage_options)
     return ViewResult(out, root, int(indices.size), parent.num_samples, len(data))
 

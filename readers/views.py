@@ -207,6 +207,11 @@ def open_view(
     except ManifestError as exc:
         raise ViewParentError(f"{path}: its parent {parent_root} does not open: {exc}") from exc
     check_parent(path, parent_root, info, parent.manifest)
+    if parent.manifest.classes[: len(view.classes)] != view.classes:
+        raise ViewParentError(
+            f"{path}: its classes are not the first {len(view.classes)} of its parent {parent_root}'s "
+            "(the view's manifest was edited, or the parent re-packed); make the view again"
+        )
     return ViewReader(path, view, parent, indices, verify)
 
 

@@ -1,17 +1,16 @@
 """Views (readers/views.py, packer/views.py): subsets of a dataset without copies, read like datasets.
 
-Every format from the registry: a view reads exactly its parent's samples at its indices, in
-few parent reads; resume, persistent workers, elastic and DDP reads run over the view's own
-samples; ``pack verify`` checks the parent parts the view uses and the index file; a re-packed
-parent is refused; a hash split is disjoint, covering, deterministic and stable as the dataset
-grows; views in and of a bucket read like local ones.
+Every format from the registry: a view reads exactly its parent's samples at its indices
+(pixels, labels, fields), in few parent reads, with no image bytes of its own; resume,
+persistent workers, elastic, DDP, mix and dali_loader run over the view's own samples. The
+checks (verify, re-packed parent, split, CLI, bucket) are in tests/test_views_checks.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -23,36 +22,21 @@ from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
-from packer.verify import verify_dataset
-from packer.views import read_index_list, split_views, write_view
+from packer.views import write_view
 from readers import make_loader, mix, open_dataset, open_iterable, source_paths
-from readers.errors import ChecksumError, OptionError
+from readers.errors import OptionError
 from readers.formats import format_names, open_reader
 from readers.formats.registry import formats_storing_fields
 from readers.manifest import read_manifest
 from readers.resume import ResumeError
-from readers.views import ViewParentError, ViewReader, check_parent, parent_record
-from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_formats import parts_hold_the_images
-
-FIXED = {"resize": 40, "crop": 32, "encode": "png"}
-FORMAT_SPEC = {"bmp": {**FIXED, "encode": "bmp"}}
-PICKED = [0, 1, 2, 3, 9, 10, 17, 18, 19, 25, 31, 40, 43]  # spans the three shards, with runs
-
-
-def spec_of(fmt: str) -> dict:
-    return FORMAT_SPEC.get(fmt, FIXED)
+from readers.views import ViewReader
+from tests.helpers_views import FIXED, PICKED, spec_of, view_of
 
 
 @pytest.fixture(params=format_names())
 def parent(request, packed) -> tuple[str, Path]:
     fmt = request.param
     return fmt, packed(fmt, options={"shards": 3}, **spec_of(fmt))
-
-
-def view_of(parent: Path, out: Path, indices=PICKED) -> Path:
-    write_view(parent, out, indices)
-    return out
 
 
 def dir_bytes(path: Path) -> int:
@@ -83,6 +67,10 @@ def test_a_view_reads_the_parents_samples_at_its_indices(parent, tmp_path):
     assert dir_bytes(view) == (view / "manifest.json").stat().st_size + 4 * len(PICKED)
     assert dir_bytes(view) < 4096 < dir_bytes(root)
     assert str(view) in reader.describe(4) and whole.describe(PICKED[4]) in reader.describe(4)
+    copy = pickle.loads(pickle.dumps(reader))  # as a spawned DataLoader worker gets it
+    assert bytes(copy.read(5).data) == bytes(whole.read(PICKED[5]).data)
+    with pytest.raises(OptionError, match="inside the dataset"):
+        write_view(root, root / "val", PICKED)
 
 
 def test_a_view_of_a_view_names_the_root_dataset(packed, tmp_path):
@@ -254,180 +242,3 @@ def test_mix_and_dali_loader_read_a_view(packed, tmp_path):
         loader = dali_loader(view, batch_size=len(PICKED), device=device, num_workers=1, device_id=None)
         got = [y.cpu() for _, y in loader]
         assert sorted(torch.cat(got).tolist()) == labels, device
-
-
-# -- checks -------------------------------------------------------------------------------------
-def fresh_parent(tmp_path: Path, fmt: str = "tar", seed: int = 0, force: bool = False) -> Path:
-    out = tmp_path / "parent"
-    spec = PreprocessSpec(**spec_of(fmt))
-    pack_folder(SAMPLE_DATA, out, fmt, spec, workers=1, options={"shards": 3}, seed=seed, force=force)
-    return out
-
-
-@pytest.mark.parametrize("fmt", format_names())
-def test_verify_checks_the_parent_parts_the_view_uses_and_its_index_file(fmt, tmp_path):
-    root = fresh_parent(tmp_path, fmt)
-    reader = open_reader(root)
-    used = list(range(reader.manifest.shards[1].first, reader.manifest.shards[1].stop))
-    view = view_of(root, tmp_path / "view", used)  # the middle shard only
-    report = verify_dataset(view)
-    assert report.ok and report.samples == len(used) and report.shards == 1
-    unused, middle = (Path(open_reader(root).checksum_path(reader.manifest.shards[k])) for k in (0, 1))
-    if parts_hold_the_images(root):  # (the BMP cache's parts are small listings: all checked on open)
-        flip(unused)
-        assert verify_dataset(view).ok  # a large part the view does not read is not hashed
-    flip(middle)
-    report = verify_dataset(view)
-    assert not report.ok and any(str(middle) in p for p in report.problems)
-    flip(middle)
-    # A tampered index file: other samples than the manifest checksums.
-    index = view / read_manifest(view).shards[0].file
-    data = bytearray(index.read_bytes())
-    data[0] ^= 1
-    index.write_bytes(bytes(data))
-    report = verify_dataset(view)
-    assert not report.ok and str(index) in report.problems[0]
-    with pytest.raises(ChecksumError, match="indices"):
-        open_reader(view)
-
-
-def flip(path: Path) -> None:
-    """Flip one byte in the middle of the file (of the largest file of a directory part)."""
-    if path.is_dir():
-        path = max((p for p in path.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
-def test_a_repacked_or_missing_parent_is_refused_naming_both_paths(tmp_path):
-    root = fresh_parent(tmp_path)
-    view = view_of(root, tmp_path / "view")
-    assert len(open_reader(view)) == len(PICKED)
-    fresh_parent(tmp_path, seed=1, force=True)  # the same source in another order, in its place
-    with pytest.raises(ViewParentError) as caught:
-        open_iterable(view)
-    assert str(view) in str(caught.value) and str(root) in str(caught.value)
-    assert "re-packed" in str(caught.value)
-    shutil.rmtree(root)
-    with pytest.raises(ViewParentError, match="does not open"):
-        open_reader(view)
-
-
-def test_a_parent_that_grew_by_new_parts_still_serves_the_view(packed):
-    from dataclasses import replace
-
-    manifest = read_manifest(packed("tar", options={"shards": 3}, **FIXED))
-    info = parent_record(manifest)
-    extra = replace(manifest.shards[-1], file="appended.tar", first=manifest.num_samples, count=5)
-    grown = replace(manifest, shards=[*manifest.shards, extra], num_samples=manifest.num_samples + 5,
-                    classes=[*manifest.classes, "new class"])  # fmt: skip
-    check_parent("view", "parent", info, grown)  # appended: accepted
-    changed = replace(manifest.shards[0], sha256="0" * 64)
-    repacked = replace(grown, shards=[changed, *grown.shards[1:]])
-    with pytest.raises(ViewParentError, match="re-packed"):
-        check_parent("view", "parent", info, repacked)
-    with pytest.raises(ViewParentError):
-        check_parent("view", "parent", info, replace(manifest, classes=manifest.classes[:-1]))
-
-
-# -- split --------------------------------------------------------------------------------------
-def sides(out: Path, parent: Path) -> dict[str, set[str]]:
-    paths = source_paths(parent)
-    return {s: {paths[i] for i in open_reader(out / s).indices.tolist()} for s in ("train", "val")}
-
-
-def test_split_is_disjoint_covering_deterministic_and_stable_when_the_dataset_grows(tmp_path, packed):
-    small_src = tmp_path / "small"
-    for path in sorted(p for p in SAMPLE_DATA.rglob("*") if p.is_file() and p.parent != SAMPLE_DATA)[:30]:
-        target = small_src / path.relative_to(SAMPLE_DATA)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, target)
-    small = tmp_path / "small-ds"
-    pack_folder(small_src, small, "lmdb", PreprocessSpec(**FIXED), workers=1)
-    big = packed("lmdb", options={"shards": 3}, **FIXED)
-    split_views(small, tmp_path / "a", val=0.3, seed=0)
-    split_views(big, tmp_path / "b", val=0.3, seed=0)
-    a, b = sides(tmp_path / "a", small), sides(tmp_path / "b", big)
-    assert not a["train"] & a["val"] and a["train"] | a["val"] == set(source_paths(small))
-    assert not b["train"] & b["val"] and len(b["train"] | b["val"]) == 44
-    assert a["val"] and a["train"]
-    assert b["val"] & a["train"] == set() and a["val"] <= b["val"]  # no sample changed side
-    assert a["train"] <= b["train"]
-    split_views(big, tmp_path / "again", val=0.3, seed=0)
-    for side in ("train", "val"):
-        assert (tmp_path / "again" / side / "indices.u32").read_bytes() == (
-            tmp_path / "b" / side / "indices.u32"
-        ).read_bytes()
-    split_views(big, tmp_path / "seed1", val=0.3, seed=1)
-    assert sides(tmp_path / "seed1", big)["val"] != b["val"]
-    by_index = split_views(big, tmp_path / "index", val=0.3, seed=0, key="index")
-    assert by_index["val"].samples + by_index["train"].samples == 44
-    with pytest.raises(OptionError, match="already"):
-        split_views(big, tmp_path / "b", val=0.3, seed=0)
-    with pytest.raises(OptionError, match="between 0 and 1"):
-        split_views(big, tmp_path / "c", val=1.5)
-
-
-# -- the command line ---------------------------------------------------------------------------
-def test_cli_view_drop_split_info_verify_show_and_one_line_errors(packed, tmp_path):
-    root = packed("tar", options={"shards": 3}, **FIXED)
-    drop = tmp_path / "drop.txt"
-    drop.write_text("# duplicates found by pack dups\n3\n\n5\n5\n")
-    run_cli("view", root, "-o", tmp_path / "kept", "--drop", drop, check=True)
-    assert open_reader(tmp_path / "kept").indices.tolist() == [i for i in range(44) if i not in (3, 5)]
-    out = run_cli("split", tmp_path / "kept", "--val", "0.25", "--seed", "3", "-o", tmp_path / "sp", "--json",
-                  check=True)  # fmt: skip
-    made = json.loads(out.stdout)
-    assert [Path(r["path"]).name for r in made] == ["train", "val"]
-    assert sum(r["samples"] for r in made) == 42 and all(r["parent"] == str(root) for r in made)
-    info = run_cli("info", tmp_path / "sp" / "val", check=True).stdout
-    assert "view of" in info and "no image bytes" in info
-    verified = json.loads(run_cli("verify", tmp_path / "sp" / "val", "--json", check=True).stdout)
-    assert verified["ok"] and verified["samples"] == made[1]["samples"]
-    run_cli("show", tmp_path / "sp" / "val", "-o", tmp_path / "val.png", "--n", "4", check=True)
-    assert (tmp_path / "val.png").stat().st_size > 0
-    bad = tmp_path / "bad.txt"
-    bad.write_text("1\n2\nthree\n")
-    for args, message in (
-        (("--indices", bad), f"{bad}:3"),
-        (("--indices", drop, "--drop", drop), "exactly one"),
-        (("--drop", tmp_path / "big.txt"), "outside"),
-    ):
-        (tmp_path / "big.txt").write_text("44\n")
-        proc = run_cli("view", root, "-o", tmp_path / "v", *args)
-        assert proc.returncode == 1 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-
-
-def test_index_lists_take_comments_and_blank_lines_and_name_a_bad_line(tmp_path):
-    path = tmp_path / "list.txt"
-    path.write_text("# made by pack dups\n\n 7 \n2\n")
-    assert read_index_list(path).tolist() == [7, 2]
-    path.write_text("1\n-2\n")
-    with pytest.raises(OptionError, match=f"{path}:2"):
-        read_index_list(path)
-
-
-# -- remote -------------------------------------------------------------------------------------
-def test_views_in_and_of_a_bucket_read_and_verify_like_local_ones(s3, tmp_path):
-    from tests.s3server import BUCKET
-
-    _, options = s3
-    url = f"s3://{BUCKET}/views/parent"
-    pack_folder(SAMPLE_DATA, url, "tar", PreprocessSpec(**FIXED), workers=1, options={"shards": 3},
-                storage_options=options)  # fmt: skip
-    local = pack_dir = tmp_path / "local-parent"
-    pack_folder(SAMPLE_DATA, pack_dir, "tar", PreprocessSpec(**FIXED), workers=1, options={"shards": 3})
-    expected = [bytes(open_reader(local).read(i).data) for i in PICKED]
-    remote_view = f"s3://{BUCKET}/views/view"
-    write_view(url, remote_view, PICKED, storage_options=options)
-    assert read_manifest(remote_view, options).extra["view"]["parent"] == "../parent"
-    write_view(url, tmp_path / "local-view", PICKED, storage_options=options)
-    for view in (remote_view, str(tmp_path / "local-view")):
-        reader = open_reader(view, storage_options=options, cache_dir=str(tmp_path / f"cache-{len(view)}"))
-        assert [bytes(r.data) for r in reader.read_many(range(len(PICKED)))] == expected
-        it = open_iterable(view, storage_options=options, shuffle=False, decode="bytes")
-        assert [bytes(image) for image, _ in it] == expected
-    assert verify_dataset(remote_view, storage_options=options).ok
-    with pytest.raises(OptionError, match="cannot name the local dataset"):
-        write_view(local, f"s3://{BUCKET}/views/bad", PICKED, storage_options=options)
