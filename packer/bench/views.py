@@ -4,12 +4,14 @@ A synthetic dataset (``--samples`` JPEGs of ``--size`` px in 10 classes) is pack
 then views of it: ``all`` (every index: the pure cost of the indirection), ``train`` (the 95%
 side of ``pack split --val 0.05``) and ``half`` (a random half). Each round reads one epoch of
 the parent and of every view with ``open_iterable(batch_size=, crop=, shuffle=True)`` in the
-calling process, in an order that alternates from round to round; the figure is the median over
-rounds of each round's samples/s ratio view/parent. Also counted: the parent's ``read_block``
-calls per batch (one per run of near indices; a view whose positions were read one by one would
-make one per sample), the seconds ``split_views`` takes and the bytes of a view.
+calling process, then the records of the same shuffled order without decoding (``read_many``
+batch by batch: where a view's indirection costs the most, relatively), in an order of paths that
+alternates from round to round; each figure is the median over rounds of the round's samples/s
+ratio view/parent. Also counted: the parent's reads per batch (``counting``: one per run of near
+indices; a view read position by position would make one per sample), the seconds
+``split_views`` takes and the bytes of a view.
 
-    python -m packer.bench.views --samples 4000 --rounds 3 --formats lmdb,tar
+    python -m packer.bench.views --samples 4000 --rounds 5 --formats lmdb,tar,hdf5,tfrecord,bmp
 """
 
 from __future__ import annotations
@@ -81,6 +83,22 @@ def epoch_rate(path: str, epoch: int, batch_size: int, crop: int) -> tuple[float
     return samples / (time.perf_counter() - started), calls[0] / max(1, batches)
 
 
+def records_rate(path: str, epoch: int, batch_size: int) -> float:
+    """Samples/s of reading the records (no decode) of one shuffled epoch of ``path``, batch by
+    batch: where the indirection of a view costs the most, relatively."""
+    from readers.formats import open_reader
+    from readers.order import OrderSpec
+
+    reader = open_reader(path)
+    order = OrderSpec(len(reader), True, 0, 64, 4096).epoch_order(epoch)
+    started = time.perf_counter()
+    for start in range(0, len(order), batch_size):
+        reader.read_many(order[start : start + batch_size])
+    seconds = time.perf_counter() - started
+    reader.close()
+    return len(order) / seconds
+
+
 def bench_format(fmt: str, images: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from packer.engine import pack_folder
     from packer.preprocess import PreprocessSpec
@@ -99,27 +117,34 @@ def bench_format(fmt: str, images: Path, work: Path, args: argparse.Namespace) -
     write_view(parent, work / f"{fmt}-half", half)
     paths["half"] = str(work / f"{fmt}-half")
     rates: dict[str, list[float]] = {name: [] for name in paths}
+    records: dict[str, list[float]] = {name: [] for name in paths}
     reads: dict[str, list[float]] = {name: [] for name in paths}
     names = list(paths)
     for round_ in range(args.rounds + 1):  # round 0 warms the page cache, not counted
         order = names if round_ % 2 == 0 else names[::-1]
         for name in order:
             rate, per_batch = epoch_rate(paths[name], round_, args.batch_size, args.crop)
+            only = records_rate(paths[name], round_, args.batch_size)
             if round_:
                 rates[name].append(rate)
+                records[name].append(only)
                 reads[name].append(per_batch)
     out: dict[str, Any] = {
         "format": fmt,
         "parent_samples_per_s": round(statistics.median(rates["parent"]), 1),
+        "parent_records_per_s": round(statistics.median(records["parent"]), 1),
         "parent_reads_per_batch": round(statistics.median(reads["parent"]), 2),
         "split_s": round(split_s, 3),
         "parent_bytes": folder_bytes(parent),
     }
     for name in VIEWS:
         ratios = [v / p for v, p in zip(rates[name], rates["parent"])]
+        record_ratios = [v / p for v, p in zip(records[name], records["parent"])]
         out[name] = {
             "ratio": round(statistics.median(ratios), 3),
             "ratios": [round(r, 3) for r in ratios],
+            "records_ratio": round(statistics.median(record_ratios), 3),
+            "records_ratios": [round(r, 3) for r in record_ratios],
             "reads_per_batch": round(statistics.median(reads[name]), 2),
             "view_bytes": folder_bytes(paths[name]),
         }
@@ -127,19 +152,19 @@ def bench_format(fmt: str, images: Path, work: Path, args: argparse.Namespace) -
 
 
 def table(results: list[dict[str, Any]]) -> str:
+    """Per format: the parent's rates, then per view the decoded and records-only ratios."""
+    head = " | ".join(f"{v}: ratio, records ratio, reads/batch" for v in VIEWS)
     lines = [
-        "| format | parent: samples/s, reads/batch | "
-        + " | ".join(f"{v}: ratio, reads/batch" for v in VIEWS)
-        + " | split s |",
+        f"| format | parent: samples/s, records/s, reads/batch | {head} | split s |",
         "|---|---|" + "---|" * len(VIEWS) + "---|",
     ]
     for r in results:
-        cells = [f"{r[v]['ratio']:.2f}, {r[v]['reads_per_batch']:.1f}" for v in VIEWS]
-        lines.append(
-            f"| {r['format']} | {r['parent_samples_per_s']:.0f}, {r['parent_reads_per_batch']:.1f} | "
-            + " | ".join(cells)
-            + f" | {r['split_s']:.2f} |"
-        )
+        cells = [
+            f"{r[v]['ratio']:.2f}, {r[v]['records_ratio']:.2f}, {r[v]['reads_per_batch']:.1f}" for v in VIEWS
+        ]
+        rates = (r["parent_samples_per_s"], r["parent_records_per_s"], r["parent_reads_per_batch"])
+        parent = "{:.0f}, {:.0f}, {:.1f}".format(*rates)
+        lines.append(f"| {r['format']} | {parent} | " + " | ".join(cells) + f" | {r['split_s']:.2f} |")
     return "\n".join(lines)
 
 
