@@ -39,6 +39,7 @@ from readers.checksums import REMOTE_FIX, check_against_manifest, sha256_of_byte
 from readers.errors import ManifestError
 from readers.formats.base import FormatReader, check_regular, read_all, shards_holding
 from readers.manifest import SEAL_FIELD, Manifest, json_text, read_manifest, seal_of
+from readers.paths import inside
 from readers.record import Record
 from readers.remote import is_url, join_url, read_url
 
@@ -82,8 +83,11 @@ def view_info(manifest: Manifest) -> dict[str, Any]:
         problem = "has no 'extra.view.parent' path"
     elif info.get("dtype") not in INDEX_DTYPES:
         problem = f"has 'extra.view.dtype' {info.get('dtype')!r}, not one of {', '.join(INDEX_DTYPES)}"
-    elif type(info.get("parent_num_samples")) is not int or not isinstance(info.get("parent_identity"), str):
-        problem = "lacks the parent's sample count or identity"
+    elif any(type(info.get(k)) is not int for k in ("parent_num_samples", "parent_classes")) or not all(
+        isinstance(info.get(k), str)
+        for k in ("parent_identity", "parent_manifest_sha256", "parent_parts_sha256")
+    ):
+        problem = "lacks the parent's sample count, classes, identity or checksums"
     elif (
         len(manifest.shards) != 1
         or manifest.shards[0].bytes != manifest.num_samples * INDEX_DTYPES[info["dtype"]]
@@ -140,7 +144,7 @@ def check_parent(view_root: Any, parent_root: str, info: dict[str, Any], parent:
     count = info["parent_num_samples"]
     same = (
         parent.num_samples >= count
-        and len(parent.classes) >= int(info.get("parent_classes", 0))
+        and len(parent.classes) >= info["parent_classes"]
         and parts_digest(parent, count) == info.get("parent_parts_sha256")
     )
     if not same:
@@ -167,6 +171,7 @@ def read_index(
     else:
         path = Path(root) / shard.file
         where = str(path)
+        inside(root, path, where)  # a symlink out of the view is refused
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
@@ -207,6 +212,11 @@ def open_view(
     except ManifestError as exc:
         raise ViewParentError(f"{path}: its parent {parent_root} does not open: {exc}") from exc
     check_parent(path, parent_root, info, parent.manifest)
+    if indices.size and indices[-1] >= len(parent):
+        raise ViewParentError(
+            f"{path}: holds index {indices[-1]} but its parent {parent_root} has {len(parent)} samples "
+            "(the view's manifest was edited?); make the view again"
+        )
     if parent.manifest.classes[: len(view.classes)] != view.classes:
         raise ViewParentError(
             f"{path}: its classes are not the first {len(view.classes)} of its parent {parent_root}'s "

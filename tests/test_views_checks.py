@@ -14,7 +14,7 @@ from packer.preprocess import PreprocessSpec
 from packer.verify import verify_dataset
 from packer.views import read_index_list, split_views, write_view
 from readers import open_iterable, source_paths
-from readers.errors import ChecksumError, OptionError
+from readers.errors import ChecksumError, ImgpackError, OptionError
 from readers.formats import format_names, open_reader
 from readers.manifest import read_manifest
 from readers.views import ViewParentError, check_parent, parent_record
@@ -201,3 +201,34 @@ def test_views_in_and_of_a_bucket_read_and_verify_like_local_ones(s3, tmp_path):
     assert verify_dataset(remote_view, storage_options=options).ok
     with pytest.raises(OptionError, match="cannot name the local dataset"):
         write_view(local, f"s3://{BUCKET}/views/bad", PICKED, storage_options=options)
+
+
+EDITS = {
+    "no view record": lambda m: m.extra.pop("view"),
+    "unknown index dtype": lambda m: m.extra["view"].update(dtype="<i2"),
+    "count not a number": lambda m: m.extra["view"].update(parent_num_samples="44"),
+    "no parent": lambda m: m.extra["view"].update(parent=""),
+    "parent elsewhere": lambda m: m.extra["view"].update(parent="../no-such-dataset"),
+    "index size": lambda m: setattr(m.shards[0], "bytes", m.shards[0].bytes + 4),
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_an_edited_view_manifest_is_a_clear_error(packed, tmp_path, edit):
+    view = view_of(packed("tar", options={"shards": 3}, **FIXED), tmp_path / "view")
+    manifest = read_manifest(view)
+    EDITS[edit](manifest)
+    (view / "manifest.json").write_text(manifest.to_json())  # edited and resealed
+    with pytest.raises(ImgpackError, match=str(view)):
+        open_reader(view)
+
+
+def test_an_index_file_linked_out_of_the_view_is_refused(packed, tmp_path):
+    view = view_of(packed("tar", options={"shards": 3}, **FIXED), tmp_path / "view")
+    index = view / "indices.u32"
+    outside = tmp_path / "elsewhere.u32"
+    outside.write_bytes(index.read_bytes())
+    index.unlink()
+    index.symlink_to(outside)
+    with pytest.raises(ImgpackError, match="outside"):
+        open_reader(view)
