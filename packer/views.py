@@ -254,6 +254,8 @@ def split_views(
                     f"{dataset}: no sample of its {len(reader)} falls in {side} with --val {val}; "
                     "change --val (or --seed)"
                 )
+        for side in sides:  # both refused before either is written
+            _check_target(join_out(str(out), side), force, storage_options)
         return {
             side: _write(
                 str(dataset),
