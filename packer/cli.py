@@ -366,6 +366,7 @@ def parts_problem(dataset: str) -> str | None:
 
 def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
     from packer.order_info import describe_order
+    from packer.views import describe_view
 
     total = sum(s.bytes for s in manifest.shards)
     pre = ", ".join(f"{k}={v}" for k, v in manifest.preprocess.items() if v not in (None, False))
@@ -382,6 +383,7 @@ def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
         f"skipped   {len(manifest.skipped)}",
         *describe_skips(manifest.skipped),
         *describe_order(manifest, quality),
+        *describe_view(manifest),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
     return "\n".join(lines)
@@ -456,6 +458,8 @@ def _register_optional_commands() -> None:
         ("packer.parquet_cli", "parquet_command"),
         ("packer.show_cli", "show"),
         ("packer.doctor", "doctor"),
+        ("packer.views_cli", "view_command"),
+        ("packer.views_cli", "split_command"),
     ):
         try:
             module = importlib.import_module(module_name)

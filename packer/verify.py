@@ -72,17 +72,17 @@ def _check_part(position: int) -> tuple[list[str], Checked]:
     """Problems with part ``position``'s checksum (downloaded first if remote)."""
     reader = _reader
     assert reader is not None
-    shard = reader.manifest.shards[position]
+    owner, shard = reader.checked_parts()[position]  # a view's: its parent's
     problems = []
     try:
-        if reader.remote:
-            reader.local_file(shard)  # downloaded, size and sha256 checked against the manifest
+        if owner.remote:
+            owner.local_file(shard)  # downloaded, size and sha256 checked against the manifest
         else:
-            data_file = reader.checksum_path(shard)
+            data_file = owner.checksum_path(shard)
             if not Path(data_file).exists():
                 problems.append(f"{data_file}: missing")
             else:
-                reader.check_sha256(data_file, shard.sha256, str(data_file))
+                owner.check_sha256(data_file, shard.sha256, str(data_file))
     except ImgpackError as exc:
         problems.append(str(exc))
     return problems, (frozenset(reader._sha_checked), frozenset(ShardCache.checked))
@@ -214,16 +214,17 @@ def _verify(
         return VerifyReport(path, *_listed_counts(path, options), [str(exc)])
     assert _reader is not None
     manifest = _reader.manifest
-    report = VerifyReport(path, manifest.num_samples, len(manifest.shards))
+    parts = len(_reader.checked_parts())
+    report = VerifyReport(path, manifest.num_samples, parts)
     blocks = [(s, min(manifest.num_samples, s + block)) for s in range(0, manifest.num_samples, block)]
     from tqdm import tqdm
 
-    bar = tqdm(total=len(manifest.shards) + len(blocks), unit="unit", desc="verify", disable=not progress)
+    bar = tqdm(total=parts + len(blocks), unit="unit", desc="verify", disable=not progress)
     runner = _Runner(workers, path, options)
     finished = False
     try:
         checked: tuple[set, set] = (set(), set())
-        results = runner.ordered([(_check_part, (i,)) for i in range(len(manifest.shards))])
+        results = runner.ordered([(_check_part, (i,)) for i in range(parts)])
         for problems, (local, cached) in results:
             report.problems += problems
             checked[0].update(local)

@@ -106,6 +106,7 @@ class Manifest:
         # True / False: the seal matches or not; None: no seal (written by hand or by hand-edit).
         manifest.__dict__["_sealed"] = seal_of(data) == data[SEAL_FIELD] if SEAL_FIELD in data else None
         manifest.__dict__["_where"] = where
+        manifest.__dict__["_seal"] = data.get(SEAL_FIELD)  # what a view records of its parent
         return manifest
 
     def check_seal(self) -> None:

@@ -28,6 +28,11 @@ def source_paths(dataset: str | os.PathLike, storage_options: dict[str, Any] | N
             with open(path, "rb") as fh:
                 data = fh.read()
     except FileNotFoundError:
+        from readers.views import view_source_paths
+
+        in_view = view_source_paths(dataset, storage_options, source_paths)
+        if in_view is not None:  # a view (readers/views.py): its parent's paths at its indices
+            return in_view
         raise ManifestError(
             f"{path}: missing (packs made before imgpack recorded sample order have none); "
             "re-pack the dataset to get it"

@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from readers.errors import ManifestError
-from readers.formats.base import FormatReader, dir_identity
+from readers.formats.base import FormatReader, dir_identity, shards_holding
 from readers.formats.format import Format
 from readers.formats.registry import (
     format_named,
@@ -33,15 +33,25 @@ def reader_class(format_name: str) -> type[FormatReader]:
     return format_named(format_name, unknown).reader_class()
 
 
-def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -> FormatReader:
+def open_reader(
+    path: str | os.PathLike, verify: bool = False, *, only_samples: Any = None, **options: Any
+) -> FormatReader:
     """The reader for the packed dataset at ``path`` (format detected from its manifest).
 
     ``path`` may be an fsspec URL (``s3://bucket/ds``); ``options`` go to the format's reader:
     every reader takes ``storage_options``, ``cache_dir`` and ``cache_size`` for remote datasets
-    (see readers.remote_parts), some take more (tfrecord: ``check_crc``).
+    (see readers.remote_parts), some take more (tfrecord: ``check_crc``). ``only_samples``: the
+    sample indices that will be read (a view's, readers/views.py): only the parts holding them
+    are checked on open.
     """
     identity = None if is_url(path) else dir_identity(path)  # before the manifest is read
     manifest: Manifest = read_manifest(path, options.get("storage_options"))
+    from readers.views import VIEW_FORMAT, open_view  # here: readers.views imports formats.base
+
+    if manifest.format == VIEW_FORMAT:  # a subset of another dataset (readers/views.py)
+        view = open_view(path, manifest, open_reader, verify=verify, **options)
+        view.pin_directory(identity)
+        return view
     cls = reader_class(manifest.format)
     fmt = format_named(manifest.format)
     unknown = sorted(k for k in options if not fmt.accepts_reader_option(k))
@@ -59,8 +69,12 @@ def open_reader(path: str | os.PathLike, verify: bool = False, **options: Any) -
     reader = cls(path, manifest, verify=verify, **options)
     if identity is not None:
         reader.pin_directory(identity)
-    if not reader.remote:  # remote parts are checked as they are downloaded, on first use
+    if reader.remote:  # remote parts are checked as they are downloaded, on first use
+        return reader
+    if only_samples is None:
         reader.check_parts()
+    else:
+        reader.check_parts_of(shards_holding(manifest, only_samples))
     return reader
 
 

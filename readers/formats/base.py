@@ -74,6 +74,12 @@ def read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def shards_holding(manifest: Manifest, indices: np.ndarray) -> list[int]:
+    """Positions (ascending) of the shards of ``manifest`` that hold the samples ``indices``."""
+    firsts = np.array([s.first for s in manifest.shards], dtype=np.int64)
+    return np.unique(np.searchsorted(firsts, np.asarray(indices, dtype=np.int64), side="right") - 1).tolist()
+
+
 def dir_identity(root: str | os.PathLike) -> tuple[int, int] | None:
     try:
         st = os.stat(root)
@@ -133,6 +139,11 @@ class FormatReader:
         Called by ``open_reader`` for local datasets; formats override it.
         """
 
+    def check_parts_of(self, positions: Sequence[int]) -> None:
+        """``check_parts`` for the shards at ``positions`` only (a view's parent: the parts its
+        samples lie in); formats whose check is costly (hashing under ``verify``) override it."""
+        self.check_parts()
+
     def check_every_part(self) -> None:
         """What ``pack info`` checks: ``check_parts``, and, where the format checks shards as it
         opens them, each shard opened once (present, a plain file, as long as the manifest says)."""
@@ -140,6 +151,11 @@ class FormatReader:
         if self.checks_shards_on_open:
             for position in range(len(self.manifest.shards)):
                 self._close_handle(self._open_unreplaced(position))
+
+    def checked_parts(self) -> list[tuple[FormatReader, Any]]:
+        """(reader, shard) of each part ``pack verify`` checksums: this reader's shards (a view
+        lists its parent's shards that hold its samples, readers/views.py)."""
+        return [(self, shard) for shard in self.manifest.shards]
 
     def location(self, name: str) -> str:
         """Where part ``name`` lives, for messages: its URL, or its path in the dataset directory."""
