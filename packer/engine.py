@@ -203,7 +203,7 @@ def pack_folder(
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
     if on_error not in ("skip", "fail"):
-        raise ValueError(f"on_error={on_error!r}; use 'skip' or 'fail'")
+        raise OptionError(f"on_error={on_error!r}; use 'skip' or 'fail'")
     if order not in PACK_ORDERS:
         raise ImgpackError(f"order={order!r}; use one of {', '.join(PACK_ORDERS)}")
     if force and resume:

@@ -10,7 +10,7 @@ import numpy as np
 from torch.utils.data import Dataset, Sampler
 
 from readers.decode import check_decode_kind, decode_record
-from readers.errors import DecodeError
+from readers.errors import DecodeError, OptionError
 from readers.fields import select, target
 from readers.formats import FormatReader, open_reader
 from readers.order import OrderSpec, resolve_rank
@@ -70,7 +70,7 @@ class PackedDataset(Dataset):
         decode = decode or ("pil" if target is None else "tensor")
         check_decode_kind(decode)
         if cache not in (None, "ram"):
-            raise ValueError(f"cache={cache!r}; use None or 'ram'")
+            raise OptionError(f"cache={cache!r}; use None or 'ram'")
         self.path = path
         self.reader = open_reader(path, verify=verify, **(reader_options or {}))
         self.decode = decode

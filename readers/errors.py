@@ -27,6 +27,10 @@ class OptionError(ImgpackError, ValueError):
     """An argument or command-line option with a value that cannot be used (still a ValueError)."""
 
 
+class CallError(ImgpackError, TypeError):
+    """An entry point called with arguments it does not take together (still a TypeError)."""
+
+
 class DatasetReplacedError(ManifestError):
     """The dataset directory was replaced (``pack --force``) after a reader opened it."""
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from readers.bucket_plan import bucket_identity, bucket_order, check_bucket_state, sample_sizes
+from readers.errors import CallError
 from readers.formats import open_reader
 from readers.quality import warn_if_poorly_mixed
 from readers.record import Record
@@ -48,7 +49,7 @@ class PackedIterable(RecordStream):
         if spec is None:
             spec = ReadSpec.build("open_iterable", options)
         elif options:
-            raise TypeError("pass either spec= or the reading options, not both")
+            raise CallError("pass either spec= or the reading options, not both")
         self.path = path
         self.reader = open_reader(path, **spec.open_options)
         spec.check_stored(str(path), self.reader.manifest.stored_sizes)

@@ -29,6 +29,7 @@ from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from readers.errors import CallError, OptionError
 from readers.field_collate import field_collate
 from readers.resume import ResumeError, ResumePoint, advance, check_worker_states, loader_workers
 from readers.stream import EpochStream
@@ -153,10 +154,10 @@ def make_loader(
     """
     if not isinstance(dataset, EpochStream):
         kind = type(dataset).__name__
-        raise TypeError(f"make_loader takes a dataset from open_iterable or readers.mix, got {kind}")
+        raise CallError(f"make_loader takes a dataset from open_iterable or readers.mix, got {kind}")
     if dataset.batch_size is not None:
         if batch_size is not None:
-            raise ValueError(
+            raise OptionError(
                 f"this iterable already assembles batches of {dataset.batch_size}: leave make_loader's "
                 "batch_size out (the loader must not batch them again)"
             )
@@ -172,7 +173,7 @@ def make_loader(
         if collate is not None:
             loader_options.setdefault("collate_fn", collate)
     if loader_options.get("drop_last"):
-        raise ValueError("pass drop_last= to open_iterable: it decides for every rank at once")
+        raise OptionError("pass drop_last= to open_iterable: it decides for every rank at once")
     return PackedLoader(dataset, batch_size=batch_size, num_workers=num_workers, **loader_options)
 
 

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from readers.errors import OptionError
+from readers.errors import CallError, OptionError
 from readers.formats import open_reader
 from readers.order import global_order, resolve_rank
 from readers.quality import warn_if_mix_poorly_mixed
@@ -81,7 +81,7 @@ class MixedIterable(RecordStream):
         if spec is None:
             spec = ReadSpec.build("mix", options)
         elif options:
-            raise TypeError("pass either spec= or the reading options, not both")
+            raise CallError("pass either spec= or the reading options, not both")
         if not paths:
             raise OptionError("mix() needs at least one dataset")
         if weights is None:
@@ -176,7 +176,7 @@ class MixedIterable(RecordStream):
         """(dataset index, label within that dataset) of mixed ``labels`` (``labels="offset"``);
         a label of -1 (no class) does not say its dataset: (-1, -1) (``fields_per_dataset`` does)."""
         if self.labels != "offset":
-            raise ValueError("split_labels needs labels='offset'; shared labels do not say their dataset")
+            raise OptionError("split_labels needs labels='offset'; shared labels do not say their dataset")
         values = np.asarray(labels, dtype=np.int64)
         dataset = np.searchsorted(np.asarray(self.offsets), values, side="right") - 1
         dataset[values < 0] = -1

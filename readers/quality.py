@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from readers.errors import OptionError
 from readers.order import OrderSpec
 
 EXACT_LIMIT = 1 << 18  # samples up to which the real order of the epoch is computed
@@ -80,7 +81,7 @@ def shuffle_quality(
     labels = _non_negative(labels)
     n = len(labels)
     if batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+        raise OptionError(f"batch_size must be a positive integer, got {batch_size}")
     b = min(batch_size, n)
     order = OrderSpec(n, shuffle, seed, block_size, buffer_size, 0, world_size, drop_last, unit=b)
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, n, 0x51])

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from readers.errors import ManifestError
+from readers.errors import ManifestError, OptionError
 from readers.remote import ShardCache, join_url, remote_call, url_fs
 
 T = TypeVar("T")
@@ -125,6 +125,6 @@ def merge_remote_options(reader_options: dict[str, Any] | None, **remote: Any) -
         if value is None:
             continue
         if key in merged and merged[key] != value:
-            raise ValueError(f"{key}= is given both directly and in reader_options; pass it once")
+            raise OptionError(f"{key}= is given both directly and in reader_options; pass it once")
         merged[key] = value
     return merged

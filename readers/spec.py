@@ -21,7 +21,7 @@ from typing import Any
 
 from readers.buckets import checked_buckets
 from readers.decode import check_decode_kind
-from readers.errors import OptionError
+from readers.errors import CallError, OptionError
 from readers.geometry import RandomResizedCrop, as_pair, crop_fits, flip_probability
 from readers.order import OrderSpec, resolve_rank
 from readers.readahead import resolve_budget
@@ -206,7 +206,7 @@ class ReadSpec:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         for name in options:
             if name not in fields:
-                raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+                raise CallError(f"{where}() got an unexpected keyword argument {name!r}")
             paths = fields[name].metadata["paths"]
             if where not in paths:
                 raise OptionError(f"{name}= applies to {' and '.join(paths)}, not to {where}: leave it out")
@@ -290,7 +290,7 @@ def renamed(where: str, old: str, old_value: Any, new: str, new_value: Any) -> A
     if old_value is None:
         return new_value
     if new_value is not None:
-        raise TypeError(f"{where}: pass {new}= only ({old}= is its old name)")
+        raise CallError(f"{where}: pass {new}= only ({old}= is its old name)")
     warnings.warn(
         f"{where}({old}=...) is now {new}=...; the old name will be removed in the next release",
         DeprecationWarning,

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from readers.errors import OptionError
 from readers.order import OrderSpec, num_chunks, worker_chunks
 from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
 
@@ -56,7 +57,7 @@ class EpochStream(IterableDataset):
     def set_loader_batch_size(self, loader_batch_size: int | None) -> None:
         """The DataLoader's batch size on the per-sample path (workers take turns by that many)."""
         if loader_batch_size is not None and loader_batch_size < 1:
-            raise ValueError(f"loader_batch_size must be a positive integer, got {loader_batch_size}")
+            raise OptionError(f"loader_batch_size must be a positive integer, got {loader_batch_size}")
         self.loader_batch_size = loader_batch_size
         unit = self.batch_size or loader_batch_size or 1
         self.order = dataclasses.replace(self.order, unit=unit)

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from packer.cli import BUG_NOTICE, main
 from readers import mix, open_iterable
 from readers.dali import dali_loader
-from readers.errors import ManifestError
+from readers.errors import CallError, OptionError
 from readers.formats import format_names, registered
 from readers.formats.format import SHARDING_OPTIONS
 from readers.formats.registry import formats_taking
@@ -63,15 +63,15 @@ def test_old_size_name_warns_and_reads_the_same(packed):
         new = open_iterable(path, shuffle=False, batch_size=4, resize=(24, 24))
     (a, _), (b, _) = next(iter(old)), next(iter(new))
     assert a.shape == (4, 3, 24, 24) and torch.equal(a, b)
-    with pytest.raises(TypeError, match="pass resize= only"):
+    with pytest.raises(CallError, match="pass resize= only"):
         open_iterable(path, batch_size=4, size=24, resize=24)
 
 
 def test_dali_loader_opens_the_dataset_like_open_iterable(packed, tmp_path):
     path = packed("lmdb", **FIXED)
-    with pytest.raises(ManifestError, match="does not take option"):
+    with pytest.raises(OptionError, match="does not take option"):
         dali_loader(path, batch_size=4, device="dataloader", reader_options={"check_crc": True})  # tfrecord's
-    with pytest.raises(ValueError, match="behind a URL"):
+    with pytest.raises(OptionError, match="behind a URL"):
         dali_loader(path, batch_size=4, device="dataloader", reader_options={"cache_dir": str(tmp_path)})
     options = dict(device="dataloader", verify=True, layout="HWC", num_workers=0, shuffle=False)
     loader = dali_loader(path, batch_size=4, **options)

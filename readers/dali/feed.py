@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, cast, overload
 import numpy as np
 
 from readers.dali.fields import OUTPUTS, carried
-from readers.errors import ImgpackError
+from readers.errors import ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.geometry import Augment, RandomResizedCrop, as_pair, centre_window, crop_fits, resized_size
 from readers.order import OrderSpec, num_chunks
@@ -77,7 +77,7 @@ class BatchFeed:
         fields: Mapping[str, str] | None = None,
     ):
         if last_batch not in LAST_BATCH:
-            raise ValueError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
+            raise OptionError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
         self.path = path
         self.reader_options = dict(reader_options or {})  # open_reader's: verify, cache_dir, ...
         self.order = order

@@ -69,7 +69,7 @@ from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
 from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
 from readers.dali.fields import DaliFields
-from readers.errors import DecodeError, ImgpackError, OptionError
+from readers.errors import CallError, DecodeError, ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.record_stream import field_plan
 from readers.resume import ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
@@ -105,7 +105,7 @@ def gpu_available() -> bool:
 def select_path(device: str = "auto") -> str:
     """``dali-gpu``, ``dali-cpu`` or ``dataloader`` for the ``device`` asked for."""
     if device not in DEVICES:
-        raise ValueError(f"device={device!r}; use one of {', '.join(DEVICES)}")
+        raise OptionError(f"device={device!r}; use one of {', '.join(DEVICES)}")
     if device == "dataloader":
         return "dataloader"
     has_dali = dali_available()
@@ -404,7 +404,7 @@ def dali_loader(
             pad_last = not options.get("drop_last", False)
         spec = ReadSpec.build("dali_loader", {**options, "batch_size": batch_size, "pad_last": pad_last})
     elif options:
-        raise TypeError("pass either spec= or the reading options, not both")
+        raise CallError("pass either spec= or the reading options, not both")
     if (mean is None) != (std is None):
         raise OptionError("pass mean and std together (pixel units, one value per channel)")
     chosen = select_path(device)

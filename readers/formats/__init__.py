@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from readers.errors import ManifestError
+from readers.errors import ManifestError, OptionError
 from readers.formats.base import FormatReader, dir_identity, shards_holding
 from readers.formats.format import Format
 from readers.formats.registry import (
@@ -57,7 +57,7 @@ def open_reader(
     unknown = sorted(k for k in options if not fmt.accepts_reader_option(k))
     if unknown:
         names = ", ".join(unknown)
-        raise ManifestError(f"{path}: the {manifest.format} reader does not take option(s) {names}")
+        raise OptionError(f"{path}: the {manifest.format} reader does not take option(s) {names}")
     if manifest.format_version < cls.oldest_format_version:
         raise ManifestError(
             f"{path}: packed with format_version {manifest.format_version}, which this imgpack no "

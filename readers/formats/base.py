@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from readers.checksums import REMOTE_FIX, check_against_manifest, file_sha256, sha256_of, sha256_of_bytes
-from readers.errors import ChecksumError, DatasetReplacedError, ImgpackError, ManifestError
+from readers.errors import ChecksumError, DatasetReplacedError, ImgpackError, ManifestError, OptionError
 from readers.fields import decode, typed
 from readers.formats.label_file import LABELS_DTYPE, parse_entry
 from readers.manifest import Manifest
@@ -118,7 +118,7 @@ class FormatReader:
     ):
         self.remote = is_url(root)
         if cache_dir is not None and not self.remote:
-            raise ValueError(f"{root}: cache_dir is for datasets behind a URL; this one is local")
+            raise OptionError(f"{root}: cache_dir is for datasets behind a URL; this one is local")
         self.root: str | Path = root if is_url(root) else Path(root)
         # Behind a URL: parts are fetched through this (see readers.remote_parts).
         self.parts = RemoteParts(str(root), storage_options, cache_dir, cache_size) if self.remote else None
