@@ -9,15 +9,15 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, Sampler
 
-from readers.decode import check_decode_kind, decode_record
-from readers.errors import DecodeError, OptionError
+from readers.decode import decode_record
+from readers.errors import DecodeError
 from readers.fields import select, target
 from readers.formats import FormatReader, open_reader
 from readers.order import OrderSpec, resolve_rank
 from readers.record import Record
-from readers.remote_parts import merge_remote_options
 from readers.resume import checked_epoch
-from readers.targets import DetectionTarget, check_target, with_fields
+from readers.spec import ReadSpec
+from readers.targets import DetectionTarget, with_fields
 from readers.targets import sample as detection_sample
 
 
@@ -53,40 +53,24 @@ class RamCache:
 class PackedDataset(Dataset):
     """A packed dataset as ``(image, label)`` pairs, like torchvision's ImageFolder."""
 
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        decode: str | None = None,
-        transform: Callable | None = None,
-        target_transform: Callable | None = None,
-        cache: str | None = None,
-        verify: bool = False,
-        reader_options: dict[str, Any] | None = None,
-        fields: Sequence[str] | None = None,
-        target: str | None = None,
-        label_offset: int = 1,
-        masks: bool = False,
-    ):
-        decode = decode or ("pil" if target is None else "tensor")
-        check_decode_kind(decode)
-        if cache not in (None, "ram"):
-            raise OptionError(f"cache={cache!r}; use None or 'ram'")
+    def __init__(self, path: str | os.PathLike, spec: ReadSpec):
+        """``spec``: ``ReadSpec.build("open_dataset", options)`` (``open_dataset`` builds it)."""
         self.path = path
-        self.reader = open_reader(path, verify=verify, **(reader_options or {}))
-        self.decode = decode
-        self.transform = transform
-        self.target_transform = target_transform
+        self.spec = spec
+        self.reader = open_reader(path, **spec.open_options)
+        self.decode = spec.decode
+        self.transform = spec.transform
+        self.target_transform = spec.target_transform
         self.classes: list[str] = list(self.reader.manifest.classes)
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-        self.cache = RamCache(self.reader) if cache == "ram" else None
+        self.cache = RamCache(self.reader) if spec.cache == "ram" else None
         # With fields=: the target is {"label": ..., field: value, ...} (readers/fields.py).
-        self.fields = None if fields is None else select(self.manifest.fields, fields, str(path))
+        self.fields = None if spec.fields is None else select(self.manifest.fields, spec.fields, str(path))
         # With target="torchvision": (image, detection target) samples (readers/targets.py).
         self.target = None
-        if target is not None:
-            check_target(target, label_offset, "CHW", decode)
+        if spec.target is not None:
             where = str(path)
-            self.target = DetectionTarget.of(self.manifest.fields, where, label_offset, 0.0, masks)
+            self.target = DetectionTarget.of(self.manifest.fields, where, spec.label_offset, 0.0, spec.masks)
 
     @property
     def manifest(self):
@@ -164,13 +148,13 @@ class DeterministicSampler(Sampler[int]):
 
 def open_dataset(
     path: str | os.PathLike,
+    *,
     decode: str | None = None,
     transform: Callable | None = None,
     target_transform: Callable | None = None,
     cache: str | None = None,
     verify: bool = False,
     reader_options: dict[str, Any] | None = None,
-    *,
     storage_options: dict[str, Any] | None = None,
     cache_dir: str | os.PathLike | None = None,
     cache_size: int | None = None,
@@ -181,20 +165,18 @@ def open_dataset(
 ) -> PackedDataset:
     """A map-style ``Dataset`` over the packed dataset at ``path``, format read from its manifest.
 
-    ``path`` may be an fsspec URL (``s3://bucket/ds``) with ``storage_options`` for fsspec and a
-    ``cache_dir`` / ``cache_size`` (bytes) for the parts downloaded (see readers.remote_parts);
-    ``reader_options`` go to the format's reader. ``fields``: per-sample fields to return; the
-    target is then a dict ``{"label": ..., name: value}`` (without it: the label, as always).
-    ``target="torchvision"`` (``label_offset``, ``masks``): detection targets with boxes in stored
-    pixels, ``transform`` taking ``(image, target)`` (readers/targets.py); ``decode`` is "pil"
-    (with ``target=``: "tensor") unless given.
+    The options are ``ReadSpec``'s (readers/spec.py; the table in docs/reading.md), checked the
+    same way as on the other entry points. ``path`` may be an fsspec URL (``s3://bucket/ds``) with
+    ``storage_options`` for fsspec and a ``cache_dir`` / ``cache_size`` (bytes) for the parts
+    downloaded (see readers.remote_parts); ``reader_options`` go to the format's reader.
+    ``fields``: per-sample fields to return; the target is then a dict ``{"label": ..., name:
+    value}`` (without it: the label, as always). ``target="torchvision"`` (``label_offset``,
+    ``masks``): detection targets with boxes in stored pixels, ``transform`` taking ``(image,
+    target)`` (readers/targets.py); ``decode`` is "pil" (with ``target=``: "tensor") unless given.
+    ``cache="ram"``: every record's bytes read once into memory, shared by forked workers.
     """
-    options = merge_remote_options(
-        reader_options, storage_options=storage_options, cache_dir=cache_dir, cache_size=cache_size
-    )
-    return PackedDataset(
-        path, decode, transform, target_transform, cache, verify, options, fields, target, label_offset, masks
-    )
+    options = {k: v for k, v in locals().items() if k != "path"}
+    return PackedDataset(path, ReadSpec.build("open_dataset", options))
 
 
 __all__ = ["DeterministicSampler", "PackedDataset", "open_dataset"]

@@ -34,6 +34,9 @@ Crop = int | tuple[int, int] | RandomResizedCrop | None
 
 ITERABLES = ("open_iterable", "mix")
 EVERY_PATH = (*ITERABLES, "dali_loader")
+# open_dataset: the map-style Dataset, one sample per index (no order, batches or geometry).
+PER_SAMPLE = (*ITERABLES, "open_dataset")
+OPENING = (*EVERY_PATH, "open_dataset")  # where the bytes come from and how they are checked
 
 
 def _option(default: Any, paths: tuple[str, ...] = EVERY_PATH) -> Any:
@@ -57,17 +60,19 @@ class ReadSpec:
     crop: Crop = _option(None)
     resize: Size = _option(None)
     flip: bool | float = _option(False)
-    decode: str = _option("tensor", ITERABLES)
-    transform: Callable | None = _option(None, ITERABLES)
-    target_transform: Callable | None = _option(None, ITERABLES)
+    # open_dataset's default is "pil" (torchvision's datasets hand out PIL images), with target=: "tensor"
+    decode: str = _option("tensor", PER_SAMPLE)
+    transform: Callable | None = _option(None, PER_SAMPLE)
+    target_transform: Callable | None = _option(None, PER_SAMPLE)
     batch_transform: Callable | None = _option(None, ITERABLES)
     loader_batch_size: int | None = _option(None, ITERABLES)
     decode_threads: int = _option(0, ITERABLES)
     fast_dct: bool = _option(False, ITERABLES)
     dct_scaling: bool = _option(True, ITERABLES)
-    verify: bool = _option(False)
+    verify: bool = _option(False, OPENING)
+    cache: str | None = _option(None, ("open_dataset",))  # "ram": decoded-once bytes kept in memory
     # Per-sample fields to return (readers/fields.py): the target becomes {"label": ..., name: ...}.
-    fields: tuple[str, ...] | None = _option(None)
+    fields: tuple[str, ...] | None = _option(None, OPENING)
     # mix only: one list of field names per dataset (paths order); the target also says "dataset".
     fields_per_dataset: tuple[tuple[str, ...], ...] | None = _option(None, ("mix",))
     pad_fields: bool = _option(False)  # variable-length fields of a batch as one padded tensor + counts
@@ -75,13 +80,13 @@ class ReadSpec:
     # Batches at the images' own aspect ratios (readers/buckets.py, readers/bucket_order.py).
     buckets: Any = _option(None, ("open_iterable", "dali_loader"))  # dali_loader: its DataLoader path
     # "torchvision": (image, {"boxes": XYXY, "labels", ...}) samples, list batches (readers/targets.py)
-    target: str | None = _option(None, ITERABLES)
-    label_offset: int = _option(1, ITERABLES)  # labels = class index + label_offset (0: background)
-    masks: bool = _option(False, ITERABLES)  # with target=: COCO segmentations as (N, H, W) masks
-    reader_options: dict[str, Any] | None = _option(None)
-    storage_options: dict[str, Any] | None = _option(None)
-    cache_dir: str | os.PathLike | None = _option(None)
-    cache_size: int | None = _option(None)
+    target: str | None = _option(None, PER_SAMPLE)
+    label_offset: int = _option(1, PER_SAMPLE)  # labels = class index + label_offset (0: background)
+    masks: bool = _option(False, PER_SAMPLE)  # with target=: COCO segmentations as (N, H, W) masks
+    reader_options: dict[str, Any] | None = _option(None, OPENING)
+    storage_options: dict[str, Any] | None = _option(None, OPENING)
+    cache_dir: str | os.PathLike | None = _option(None, OPENING)
+    cache_size: int | None = _option(None, OPENING)
     # Bytes hinted ahead of the reads per process (readers/readahead.py): None = the environment's
     # IMGPACK_READAHEAD_BYTES or 16 MiB; 0 = off. Never changes what is read.
     readahead: int | str | None = _option(None, ITERABLES)
@@ -91,6 +96,8 @@ class ReadSpec:
         if self.layout not in LAYOUTS:
             raise OptionError(f"layout={self.layout!r}; use 'CHW' or 'HWC'")
         check_decode_kind(self.decode)
+        if self.cache not in (None, "ram"):
+            raise OptionError(f"cache={self.cache!r}; use None or 'ram'")
         for name in ("batch_size", "loader_batch_size", "block_size", "buffer_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -209,7 +216,10 @@ class ReadSpec:
                 raise CallError(f"{where}() got an unexpected keyword argument {name!r}")
             paths = fields[name].metadata["paths"]
             if where not in paths:
-                raise OptionError(f"{name}= applies to {' and '.join(paths)}, not to {where}: leave it out")
+                takers = " and ".join([", ".join(paths[:-1]), paths[-1]] if len(paths) > 1 else paths)
+                raise OptionError(f"{name}= applies to {takers}, not to {where}: leave it out")
+        if where == "open_dataset" and options.get("decode") is None:
+            options["decode"] = "pil" if options.get("target") is None else "tensor"
         return cls(**options)
 
     # -- what follows from it ---------------------------------------------------------------

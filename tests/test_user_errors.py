@@ -51,3 +51,15 @@ def test_each_user_mistake_is_an_imgpack_error_and_still_the_builtin_one(path, t
         assert isinstance(caught.value, kind), f"{what}: {type(caught.value).__name__}: {caught.value}"
         builtin = ValueError if kind is OptionError else TypeError
         assert isinstance(caught.value, builtin), what
+
+
+def test_open_dataset_takes_the_read_spec_options_keyword_only(path):
+    with pytest.raises(OptionError, match="crop= applies to open_iterable, mix and dali_loader, not to"):
+        ReadSpec.build("open_dataset", {"crop": 32})  # what open_dataset builds its options with
+    with pytest.raises(TypeError):
+        open_dataset(path, "tensor")  # decode, positionally
+    with pytest.raises(OptionError, match="decode='png' is an unknown decode kind"):
+        open_dataset(path, decode="png")  # the message every entry point gives
+    ds = open_dataset(path)
+    assert ds.spec.decode == "pil" and type(ds[0][0]).__name__ == "Image"  # torchvision's default
+    assert open_dataset(path, target="torchvision").spec.decode == "tensor"
