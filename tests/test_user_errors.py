@@ -62,4 +62,4 @@ def test_open_dataset_takes_the_read_spec_options_keyword_only(path):
         open_dataset(path, decode="png")  # the message every entry point gives
     ds = open_dataset(path)
     assert ds.spec.decode == "pil" and type(ds[0][0]).__name__ == "Image"  # torchvision's default
-    assert open_dataset(path, target="torchvision").spec.decode == "tensor"
+    assert ReadSpec.build("open_dataset", {"target": "torchvision"}).decode == "tensor"
