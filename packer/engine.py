@@ -42,6 +42,7 @@ from packer.output import (
 )
 from packer.pack_order import order_record, ordered_items, write_source_paths
 from packer.part_plan import Lookahead, Plan, fill_part, plan_parts
+from packer.part_hashes import write_sidecar
 from packer.parts import (
     SOURCE_COUNT_KEY,
     field_counts,
@@ -329,6 +330,7 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     with _writing(work, "source paths"):
         write_source_paths(work, parts, done)
     with _writing(work, "dataset"):
+        hashes = write_sidecar(work, results)  # before the finish: a remote one uploads it
         shards, extra = sink.finish(writer, results, scan.classes)
     skipped = scan.skipped + sorted((s for r in results for s in r.skipped), key=lambda s: s["path"])
     if not shards or sum(s.count for s in shards) == 0:
@@ -351,6 +353,7 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
         field_counts=field_counts(results),
         extra={
             **extra,
+            **hashes,
             "source": _source_name(scan.root),
             "empty_classes": scan.empty_classes,
             "order": job.order,
