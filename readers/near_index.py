@@ -57,19 +57,22 @@ def near_pairs(
         mask = np.uint64((1 << bits) - 1)
         values = ((indexed >> np.uint64(shift)) & mask).astype(np.int64)
         order = np.argsort(values, kind="stable").astype(np.int64)
+        counts = np.bincount(values, minlength=1 << bits).astype(np.int32)
         starts = np.zeros((1 << bits) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(values, minlength=1 << bits), out=starts[1:])
-        flips = flip_masks(bits, radius)
+        np.cumsum(counts, out=starts[1:])
+        flips = flip_masks(bits, radius).astype(np.int64)
         step = max(1, CHUNK_KEYS // len(flips))
-        qvalues = (queries >> np.uint64(shift)) & mask
+        qvalues = ((queries >> np.uint64(shift)) & mask).astype(np.int64)
         for lo in range(0, len(queries), step):
-            keys = (qvalues[lo : lo + step, None] ^ flips[None, :]).astype(np.int64)
-            first, last = starts[keys].ravel(), starts[keys + 1].ravel()
-            lens = last - first
-            total = int(lens.sum())
-            if total == 0:
+            keys = (qvalues[lo : lo + step, None] ^ flips[None, :]).ravel()
+            lens = counts[keys]
+            hit = np.flatnonzero(lens)  # most keys of a wide band name no indexed hash
+            if len(hit) == 0:
                 continue
-            qpos = np.repeat(np.repeat(np.arange(lo, lo + len(keys)), len(flips)), lens)
+            keys, lens = keys[hit], lens[hit].astype(np.int64)
+            first = starts[keys]
+            total = int(lens.sum())
+            qpos = np.repeat(lo + hit // len(flips), lens)
             offsets = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(first, lens)
             apos = order[offsets]
             close = np.bitwise_count(indexed[apos] ^ queries[qpos]) <= distance

@@ -32,15 +32,27 @@ class Edit:
         return f"scale {self.scale:.2f}, q{self.quality}, crop {crop}, brightness {self.brightness:.2f}"
 
 
+DISTINCT_BITS = 16  # sample_data holds variants of some photos (PNG, CMYK, larger): one of each
+
+
 def photos(limit: int | None = None) -> list[Image.Image]:
-    """The repository's photos, in RGB, largest side at most 512 (sorted by path)."""
+    """The repository's distinct photos, in RGB, largest side at most 512 (sorted by path): a
+    photo whose hash is within DISTINCT_BITS of one taken before is a variant, left out."""
+    from readers.sample_hashes import phash_of_image
+
     paths = sorted(p for p in PHOTO_ROOT.rglob("*") if p.suffix.lower() in PHOTO_SUFFIXES)
-    out = []
-    for path in paths[:limit]:
+    out: list[Image.Image] = []
+    seen: list[int] = []
+    for path in paths:
+        if limit is not None and len(out) >= limit:
+            break
         with Image.open(path) as img:
             img = img.convert("RGB")
             img.thumbnail((512, 512))
+        h = phash_of_image(img)
+        if all((h ^ other).bit_count() > DISTINCT_BITS for other in seen):
             out.append(img)
+            seen.append(h)
     return out
 
 
