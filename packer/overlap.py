@@ -23,8 +23,9 @@ import numpy as np
 from readers.decode import decode_array
 from readers.errors import ImgpackError
 from readers.formats import open_reader
+from readers.manifest import read_manifest
 from readers.near_index import exact_matches, near_pairs
-from readers.sample_hashes import HASH_RECORD, PERCEPTUAL, digest_of, phash_of_array, stored_hashes
+from readers.sample_hashes import HASH_RECORD, PERCEPTUAL, digest_of, hashes_of, phash_of_array
 
 BLOCK = 256  # records read (and hashed) at a time when a pack has no stored hashes
 
@@ -39,18 +40,20 @@ class Hashes:
 def load_hashes(
     dataset: str, storage_options: dict[str, Any] | None = None, progress: bool = False
 ) -> Hashes:
-    """The hash records of ``dataset``: its sidecar's when it has one, else computed."""
+    """The hash records of ``dataset``: its sidecar's when it has one (read alone: no part of
+    the dataset is opened), else computed from its records."""
+    manifest = read_manifest(dataset, storage_options)
+    entry = manifest.extra.get("hashes")
+    if entry is not None and isinstance(entry, dict) and entry.get("perceptual") not in (None, PERCEPTUAL):
+        raise ImgpackError(
+            f"{dataset}: its stored perceptual hash is {entry.get('perceptual')!r}, not {PERCEPTUAL!r} "
+            "(made by another imgpack); re-pack it to compare"
+        )
+    records = hashes_of(dataset, storage_options)
+    if records is not None:
+        return Hashes(dataset, records, True)
     reader = open_reader(dataset, storage_options=storage_options)
     try:
-        entry = reader.manifest.extra.get("hashes")
-        if entry is not None and entry.get("perceptual") not in (None, PERCEPTUAL):
-            raise ImgpackError(
-                f"{dataset}: its stored perceptual hash is {entry.get('perceptual')!r}, not {PERCEPTUAL!r} "
-                "(made by another imgpack); re-pack it to compare"
-            )
-        records = stored_hashes(reader)
-        if records is not None:
-            return Hashes(dataset, records, True)
         return Hashes(dataset, _computed(reader, dataset, progress), False)
     finally:
         reader.close()

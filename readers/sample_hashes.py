@@ -128,11 +128,29 @@ def stored_hashes(reader: Any) -> np.ndarray | None:
 
 
 def hashes_of(dataset: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> np.ndarray | None:
-    """The stored hash records of ``dataset`` (a path or URL), None when it has none."""
-    from readers.formats import open_reader
+    """The stored hash records of ``dataset`` (a path or URL), None when it has none. Only the
+    manifest and the sidecar are read: no part of the dataset is opened (they may be elsewhere)."""
+    from readers.errors import ChecksumError
+    from readers.manifest import read_manifest
+    from readers.remote import is_url, join_url, read_url
 
-    reader = open_reader(str(dataset), storage_options=storage_options)
+    manifest = read_manifest(dataset, storage_options)
+    entry = manifest.extra.get("hashes")
+    if entry is None:
+        return None
+    name, size, sha = parse_hashes_entry(
+        entry, manifest.num_samples, f"{dataset}: manifest field 'extra.hashes'"
+    )
+    where = join_url(str(dataset), name) if is_url(dataset) else str(Path(dataset) / name)
     try:
-        return stored_hashes(reader)
-    finally:
-        reader.close()
+        data = read_url(where, storage_options) if is_url(dataset) else Path(where).read_bytes()
+    except FileNotFoundError:
+        raise ManifestError(
+            f"{where}: hash file listed in the manifest is missing; copy it again, or re-pack"
+        ) from None
+    if len(data) != size or sha256_of_bytes(data) != sha:
+        raise ChecksumError(
+            f"{where}: hash file does not match the manifest's size and sha256 (damaged or replaced); "
+            "copy it again, or re-pack"
+        )
+    return np.frombuffer(data, dtype=HASH_RECORD)
