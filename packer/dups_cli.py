@@ -32,6 +32,20 @@ show_option = click.option(
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 
 
+def common_options(fn: Any) -> Any:
+    """The options ``dups`` and ``overlap`` share."""
+    for option in (
+        quiet_option,
+        storage_options_option,
+        show_option,
+        indices_option,
+        json_option,
+        distance_option,
+    ):
+        fn = option(fn)
+    return fn
+
+
 def _emit(data: Any) -> None:
     from packer.cli import emit_json
 
@@ -48,12 +62,7 @@ def _source(hashes: Any) -> str:
 
 @click.command()
 @click.argument("dataset", type=click.Path(path_type=str))
-@distance_option
-@json_option
-@indices_option
-@show_option
-@storage_options_option
-@quiet_option
+@common_options
 def dups(dataset: str, distance: int, as_json: bool, indices_out, sheet, storage_options, quiet) -> None:
     """List the groups of exact and near duplicate samples inside DATASET."""
     from packer.overlap import dup_pairs, groups_of, load_hashes, write_indices
@@ -88,12 +97,7 @@ def dups(dataset: str, distance: int, as_json: bool, indices_out, sheet, storage
 @click.command()
 @click.argument("a", type=click.Path(path_type=str))
 @click.argument("b", type=click.Path(path_type=str))
-@distance_option
-@json_option
-@indices_option
-@show_option
-@storage_options_option
-@quiet_option
+@common_options
 def overlap(a: str, b: str, distance: int, as_json: bool, indices_out, sheet, storage_options, quiet) -> None:
     """Report the samples of B that are exact or near duplicates of samples of A (train/val
     leakage); exit 1 when any are found, 0 when none."""

@@ -103,50 +103,45 @@ def is_hashes_name(name: str) -> bool:
 def stored_hashes(reader: Any) -> np.ndarray | None:
     """The dataset's hash records (HASH_RECORD, one per sample) from its sidecar, size and sha256
     checked against the manifest; None for a pack made before hashes were stored."""
-    entry = reader.manifest.extra.get("hashes")
-    if entry is None:
-        return None
-    from readers.errors import ChecksumError
 
-    where = f"{reader.root}: manifest field 'extra.hashes'"
-    name, size, sha = parse_hashes_entry(entry, len(reader), where)
-    try:
-        if reader.parts is not None:
-            data = reader.parts.read(name)
-        else:
-            data = Path(reader.part_path(name)).read_bytes()
-    except FileNotFoundError:
-        raise ManifestError(
-            f"{reader.location(name)}: hash file listed in the manifest is missing; copy it again, or re-pack"
-        ) from None
-    if len(data) != size or sha256_of_bytes(data) != sha:
-        raise ChecksumError(
-            f"{reader.location(name)}: hash file does not match the manifest's size and sha256 "
-            "(damaged or replaced); copy it again, or re-pack"
-        )
-    return np.frombuffer(data, dtype=HASH_RECORD)
+    def read(name: str) -> tuple[str, bytes]:
+        local = reader.parts is None
+        return reader.location(name), Path(
+            reader.part_path(name)
+        ).read_bytes() if local else reader.parts.read(name)
+
+    return _sidecar(reader.manifest, str(reader.root), read)
 
 
 def hashes_of(dataset: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> np.ndarray | None:
     """The stored hash records of ``dataset`` (a path or URL), None when it has none. Only the
     manifest and the sidecar are read: no part of the dataset is opened (they may be elsewhere)."""
-    from readers.errors import ChecksumError
     from readers.manifest import read_manifest
     from readers.remote import is_url, join_url, read_url
 
-    manifest = read_manifest(dataset, storage_options)
+    def read(name: str) -> tuple[str, bytes]:
+        if is_url(dataset):
+            return join_url(str(dataset), name), read_url(join_url(str(dataset), name), storage_options)
+        return str(Path(dataset) / name), (Path(dataset) / name).read_bytes()
+
+    return _sidecar(read_manifest(dataset, storage_options), str(dataset), read)
+
+
+def _sidecar(manifest: Any, root: str, read: Any) -> np.ndarray | None:
+    """The records of the sidecar ``manifest`` names, ``read(name)`` giving (where, its bytes)."""
+    from readers.errors import ChecksumError
+
     entry = manifest.extra.get("hashes")
     if entry is None:
         return None
     name, size, sha = parse_hashes_entry(
-        entry, manifest.num_samples, f"{dataset}: manifest field 'extra.hashes'"
+        entry, manifest.num_samples, f"{root}: manifest field 'extra.hashes'"
     )
-    where = join_url(str(dataset), name) if is_url(dataset) else str(Path(dataset) / name)
     try:
-        data = read_url(where, storage_options) if is_url(dataset) else Path(where).read_bytes()
+        where, data = read(name)
     except FileNotFoundError:
         raise ManifestError(
-            f"{where}: hash file listed in the manifest is missing; copy it again, or re-pack"
+            f"{root}/{name}: hash file listed in the manifest is missing; copy it again, or re-pack"
         ) from None
     if len(data) != size or sha256_of_bytes(data) != sha:
         raise ChecksumError(
