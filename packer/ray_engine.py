@@ -210,7 +210,7 @@ def dedup_skips(job: PackJob) -> dict[int, str]:
     items = ordered_items(job.scan.items, job.order["kind"], job.order["seed"])
     task = ray.remote(_hash_chunk)
     step = BLOCK * 8
-    chunks = [items[a : a + step] for a in range(0, len(items), step)]
+    chunks = [list(items[a : a + step]) for a in range(0, len(items), step)]
     refs = [task.remote(chunk, job.spec, job.storage_options) for chunk in chunks]
     return skips_of((h for ref in refs for h in ray.get(ref)), job.dedup or {})
 

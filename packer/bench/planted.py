@@ -46,8 +46,8 @@ def photos(limit: int | None = None) -> list[Image.Image]:
     for path in paths:
         if limit is not None and len(out) >= limit:
             break
-        with Image.open(path) as img:
-            img = img.convert("RGB")
+        with Image.open(path) as opened:
+            img = opened.convert("RGB")
             img.thumbnail((512, 512))
         h = phash_of_image(img)
         if all((h ^ other).bit_count() > DISTINCT_BITS for other in seen):
