@@ -166,3 +166,22 @@ def test_dedup_options_are_checked_before_anything_is_written(tmp_path):
     proc = run_cli("imagefolder", tmp_path, "--to", "lmdb", "-o", tmp_path / "out", "--near-distance", "5")
     assert proc.returncode == 1 and "--near-distance needs --dedup near" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_dedup_after_kill_9_and_resume_skips_what_an_uninterrupted_pack_skips(tmp_path):
+    from tests.packrun import SLOW_PACK, kill_after_parts, run_pack
+
+    src = tmp_path / "src"
+    planted_folder(src, range(40))
+    (src / "dupes").mkdir()
+    for k in range(12):  # copies spread over the pack order: some across the kill
+        shutil.copyfile(src / f"c{k % 2}" / f"s{k}.jpg", src / "dupes" / f"{k}.jpg")
+    args = ("--to", "tar", "--samples-per-shard", "6", "--workers", "2", "--dedup", "near", *SLOW_PACK)
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert run_pack(src, "-o", whole, *args)[0] == 0
+    kill_after_parts(src, resumed, args, parts=2)
+    code, output = run_pack(src, "-o", resumed, *args, "--resume")
+    assert code == 0, output
+    assert _kept_and_skipped(resumed) == _kept_and_skipped(whole)
+    assert len(_kept_and_skipped(whole)[1]) == 14
