@@ -168,7 +168,9 @@ def _run_tasks(job: PackJob, run: PartsRun) -> None:
         task = ray.remote(num_returns=2)(_pack_part)
         common = (job.spec, job.on_error, driver, sink, job.storage_options)
         pending = {}
-        skips = run.carry.setdefault("dedup", dedup_skips(job)) if job.dedup else {}
+        if job.dedup and "dedup" not in run.carry:  # once a pack: every re-cut round reuses it
+            run.carry["dedup"] = dedup_skips(job)
+        skips = run.carry.get("dedup", {})
         for p, items in run.parts:
             first, start = run.firsts.get(p, 0), run.starts.get(p, 0)
             sources = overlapping(carried, start, len(items))
