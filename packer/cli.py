@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from packer.cli_options import storage_options_option
+from packer.dedup import dedup_options
 from packer.preprocess import (
     AUTO_RESAMPLE,
     DEFAULT_MAX_PIXELS,
@@ -203,6 +204,7 @@ def main(debug: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing output dataset.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
 @storage_options_option
+@dedup_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def imagefolder(
@@ -231,6 +233,8 @@ def imagefolder(
     force,
     resume,
     storage_options,
+    dedup,
+    near_distance,
     quiet,
     as_json,
 ) -> None:
@@ -274,6 +278,8 @@ def imagefolder(
         quiet=quiet or as_json,
         ray_address=ray_address,
         storage_options=storage_options or None,
+        dedup=dedup,
+        near_distance=near_distance,
     )
     if as_json:
         emit_json({**asdict(report), "images_per_second": report.images_per_second})
@@ -460,6 +466,8 @@ def _register_optional_commands() -> None:
         ("packer.doctor", "doctor"),
         ("packer.views_cli", "view_command"),
         ("packer.views_cli", "split_command"),
+        ("packer.dups_cli", "dups"),
+        ("packer.dups_cli", "overlap"),
     ):
         try:
             module = importlib.import_module(module_name)

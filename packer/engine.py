@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packer.dedup import dedup_record, deduped, deduper_for
 from packer.formats import FormatWriter, PartResult, writer_class
 from packer.formats.base import disk_hint
 from packer.job import PackJob, PartsRun
@@ -41,9 +42,11 @@ from packer.output import (
     remove_temporaries,
 )
 from packer.pack_order import order_record, ordered_items, write_source_paths
+from packer.part_hashes import write_sidecar
 from packer.part_plan import Lookahead, Plan, fill_part, plan_parts
 from packer.parts import (
     SOURCE_COUNT_KEY,
+    SOURCE_START_KEY,
     field_counts,
     one_line,
     part_from_dict,
@@ -142,13 +145,16 @@ def _writing(out: Path, what: str) -> contextlib.AbstractContextManager:
 # -- the pack ------------------------------------------------------------------------------------
 
 
-def _run_local(job: PackJob, run: PartsRun) -> None:
+def _run_local(job: PackJob, run: PartsRun, items: Any) -> None:
     """Parts are written in order here, so each one's first dataset index is exact."""
     writer = run.writer
     for p, _ in run.parts:
         remove_part_files(writer, p)
     todo_items = itertools.chain.from_iterable(items for _, items in run.parts)
     stream = preprocessed(todo_items, job.spec, job.workers, job.storage_options, writer.fields)
+    begin = min(run.starts.values(), default=0)
+    before = [r for r in run.done.values() if r.extra.get(SOURCE_START_KEY, 0) < begin]
+    stream = deduped(stream, deduper_for(job.dedup, before, items))
     with contextlib.closing(stream):
         for p, items in run.parts:
             results = (next(stream) for _ in range(len(items)))
@@ -166,6 +172,7 @@ def _run_local_kept(job: PackJob, run: PartsRun, items: Any, plan: Plan, per_par
     for p in range(part, max((c.part for c in plan.cuts), default=0) + 1):
         remove_part_files(writer, p)  # what a killed attempt left
     stream = preprocessed(items[start:], job.spec, job.workers, job.storage_options, writer.fields)
+    stream = deduped(stream, deduper_for(job.dedup, [run.done[p] for p in run.done if p < part], items))
     with contextlib.closing(stream):
         results = Lookahead(stream)
         while results.more():
@@ -193,12 +200,15 @@ def pack_folder(
     quiet: bool = True,
     ray_address: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    dedup: str | None = None,
+    near_distance: int | None = None,
 ) -> PackReport:
     """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``.
 
     The samples are written in a permutation of the source seeded by ``seed`` (``order="shuffled"``)
     or in the source order (``order="source"``); see packer/pack_order.py.
-    ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``."""
+    ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``.
+    ``dedup`` ("exact" or "near", within ``near_distance`` bits) skips duplicates (packer/dedup.py)."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
@@ -212,6 +222,7 @@ def pack_folder(
             "each other; pass one of them"
         )
     workers = max(1, workers or os.cpu_count() or 1)
+    deduping = dedup_record(dedup, near_distance)
     writer = writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
     if engine == "ray":
         from packer.ray_engine import check_ray_address
@@ -226,7 +237,7 @@ def pack_folder(
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = PackJob(scan, fmt, writer.spec, options, workers, engine, on_error, resume, quiet, ray_address,
-                      storage_options, started, order_record(order, seed))  # fmt: skip
+                      storage_options, started, order_record(order, seed), deduping)  # fmt: skip
         return _pack_into(job, writer.at(work), sink)
     finally:
         lock.release()
@@ -283,7 +294,7 @@ def _run_rounds(
             if pool_fills:
                 _run_local_kept(job, run, items, plan, per_part)
             elif job.engine == "local":
-                _run_local(job, run)
+                _run_local(job, run, items)
             else:
                 from packer.ray_engine import run_ray
 
@@ -300,7 +311,8 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     """The pack proper, by ``writer`` into ``writer.out`` (``out``, its staging sibling, or the
     local staging folder of a URL output), the lock on it held; ``sink`` takes the parts."""
     work, scan = writer.out, job.scan
-    fingerprint = _fingerprint(scan, job.fmt, job.spec, job.options, job.order)
+    asked_order = job.order if job.dedup is None else {**job.order, "dedup": job.dedup}
+    fingerprint = _fingerprint(scan, job.fmt, job.spec, job.options, asked_order)
     remove_temporaries(work)
     if job.resume and not (work / PROGRESS_NAME).exists():
         print(f"{sink.location}: nothing to resume (no interrupted pack there); packing from the start",
@@ -329,6 +341,7 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     with _writing(work, "source paths"):
         write_source_paths(work, parts, done)
     with _writing(work, "dataset"):
+        hashes = write_sidecar(work, results)  # before the finish: a remote one uploads it
         shards, extra = sink.finish(writer, results, scan.classes)
     skipped = scan.skipped + sorted((s for r in results for s in r.skipped), key=lambda s: s["path"])
     if not shards or sum(s.count for s in shards) == 0:
@@ -351,10 +364,12 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
         field_counts=field_counts(results),
         extra={
             **extra,
+            **hashes,
             "source": _source_name(scan.root),
             "empty_classes": scan.empty_classes,
             "order": job.order,
         }
+        | ({"dedup": job.dedup} if job.dedup else {})
         | scan.extra,
     )
     with _writing(work, "manifest"):

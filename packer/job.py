@@ -28,6 +28,7 @@ class PackJob:
     storage_options: dict[str, Any] | None = None  # for URL sources and outputs
     started: float = 0.0  # time.perf_counter() when the pack began
     order: dict[str, Any] = field(default_factory=lambda: {"kind": "source", "seed": None})  # pack_order
+    dedup: dict[str, Any] | None = None  # packer/dedup.py's record of --dedup, None: keep every copy
 
 
 @dataclass

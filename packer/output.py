@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 from readers.errors import ImgpackError
 from readers.formats.registry import registered
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
+from readers.sample_hashes import is_hashes_name
 from readers.sample_sources import SOURCE_PATHS_NAME
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ def owned(
 def owned_file(name: str) -> bool:
     """Whether ``name`` is a data file of a registered format, imgpack's write probe or source
     path list, or a temporary of one of them or of the manifest or progress file."""
-    if name in (WRITE_TEST, SOURCE_PATHS_NAME):
+    if name in (WRITE_TEST, SOURCE_PATHS_NAME) or is_hashes_name(name):
         return True
     temporary = TEMPORARY.fullmatch(name)
     if temporary and (temporary["name"] in SEALED or owned_file(temporary["name"])):

@@ -16,6 +16,7 @@ from typing import Any
 from packer.box_geometry import refit_packed
 from packer.formats import FormatWriter, PartResult, PartWriter
 from packer.formats.base import disk_hint
+from packer.part_hashes import PartHashes
 from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
 from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import SizeTally
@@ -93,6 +94,7 @@ def write_part(
     skipped_at: list[int] = []
     sizes = SizeTally()
     filled: dict[str, int] = {}
+    hashes = PartHashes()
     taken = 0
     try:
         for position, result in enumerate(results):
@@ -107,6 +109,7 @@ def write_part(
                 result.dataset_index = first + position - len(skipped_at)
                 part_writer.add(result)  # boxes already refitted (preprocess_chunk)
                 sizes.add(result)
+                hashes.add(result)
                 if result.fields:
                     for name in json.loads(result.fields):
                         filled[name] = filled.get(name, 0) + 1
@@ -122,7 +125,7 @@ def write_part(
         raise
     numbering = {FIRST_KEY: first, SKIPPED_AT_KEY: skipped_at}
     numbering |= {SOURCE_START_KEY: start, SOURCE_COUNT_KEY: taken}
-    extra = {**part_writer.summary(), SIZES_KEY: sizes.to_dict(), **numbering}
+    extra = {**part_writer.summary(), SIZES_KEY: sizes.to_dict(), **numbering, **hashes.to_extra()}
     if filled:
         extra[FIELD_COUNTS_KEY] = filled
     return PartResult(part, shards, skipped, extra)

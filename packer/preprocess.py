@@ -20,6 +20,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from readers import resample
 from readers.errors import OptionError
 from readers.geometry import centre_window, resized_size, round_size
+from readers.sample_hashes import digest_of, phash_of_image
 
 try:
     import simplejpeg
@@ -133,6 +134,8 @@ class PackedSample:
     # The source's EXIF orientation (1-8, 1 when it has none): the stored pixels are upright, so a
     # box given in the file's raw pixel grid turns with them (packer.box_geometry.orient_boxes).
     orientation: int = 1
+    phash: int = 0  # the 64-bit perceptual hash of the stored pixels (readers/sample_hashes.py)
+    digest: bytes = b""  # the exact content hash of ``data``
 
 
 def resized_size_of(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:
@@ -346,20 +349,14 @@ def preprocess_file(
             warnings.simplefilter("ignore")  # e.g. Pillow's "palette images with transparency" notes
             out, original_size = preprocess_image(img, raw, spec)
             if out is None:
-                return PackedSample(
-                    source_index,
-                    rel,
-                    label,
-                    raw,
-                    original_size[1],
-                    original_size[0],
-                    3,
-                    "original",
-                    original_size,
+                kept = PackedSample(
+                    source_index, rel, label, raw, *original_size[::-1], 3, "original", original_size
                 )
+                return _hashed(kept, phash_of_image(img))
             # An EXIF-rotated original is stored upright as PNG (lossless: the pixels every other
             # encoding starts from), since readers and peers decode bytes without EXIF.
             data = _encode(out, replace(spec, encode="png") if spec.encode == "original" else spec)
+            phash = phash_of_image(out)  # where the pixels are, before ``img`` is closed
     except SkipSample:
         raise
     except Exception as exc:  # truncated data, broken chunks, decoder errors, memory
@@ -368,7 +365,7 @@ def preprocess_file(
         img.close()
     resized = target_size(*original_size, spec)
     upscaled = resized[0] * resized[1] > original_size[0] * original_size[1]
-    return PackedSample(
+    sample = PackedSample(
         source_index,
         rel,
         label,
@@ -381,3 +378,12 @@ def preprocess_file(
         upscaled,
         orientation=orientation,
     )
+    return _hashed(sample, phash)
+
+
+def _hashed(sample: PackedSample, phash: int) -> PackedSample:
+    """``sample`` with its hashes: the perceptual one of the pixels it stores (computed here, in
+    the worker that has them), the exact one of its bytes."""
+    sample.digest = digest_of(sample.data)
+    sample.phash = phash
+    return sample

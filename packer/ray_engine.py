@@ -27,9 +27,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packer.dedup import applied, skips_of
 from packer.formats import FormatWriter
 from packer.lifetime import process_alive
-from packer.parts import part_from_dict, part_to_dict, write_part
+from packer.pack_order import ordered_items
+from packer.parts import BLOCK, part_from_dict, part_to_dict, preprocess_chunk, write_part
 from packer.preprocess import PreprocessSpec
 from packer.ray_carry import Carried, Keeper, carried_or_preprocessed, overlapping, settle
 from readers.errors import ImgpackError
@@ -64,15 +66,16 @@ def _pack_part(
     first: int = 0,
     start: int = 0,
     sources: list[tuple[int, int, Any]] | None = None,
+    skips: dict[int, str] | None = None,
 ) -> tuple[dict[str, Any], list | None]:
     """The task: preprocess and write one part (reading URL sources itself); with a remote
     ``sink``, in a temporary folder on this node, uploaded from here when complete. Its samples
     are numbered from ``first``; they start at ``start`` in the pack order (packer/part_plan.py).
     Results earlier tasks carried (``sources``) are not preprocessed again; this part's own are
-    returned with its record (packer/ray_carry.py)."""
+    returned with its record (packer/ray_carry.py). ``skips``: its --dedup duplicates."""
     keeper = Keeper()
     preprocessed = carried_or_preprocessed(items, start, sources or [], spec, storage_options, writer.fields)
-    results = keeper.through(_watched(preprocessed, driver))
+    results = applied(keeper.through(_watched(preprocessed, driver)), skips or {})
     if sink is None or not sink.remote:
         written = write_part(writer, part, results, on_error, first=first, start=start)
         return part_to_dict(written), keeper.kept
@@ -165,10 +168,14 @@ def _run_tasks(job: PackJob, run: PartsRun) -> None:
         task = ray.remote(num_returns=2)(_pack_part)
         common = (job.spec, job.on_error, driver, sink, job.storage_options)
         pending = {}
+        if job.dedup and "dedup" not in run.carry:  # once a pack: every re-cut round reuses it
+            run.carry["dedup"] = dedup_skips(job)
+        skips = run.carry.get("dedup", {})
         for p, items in run.parts:
             first, start = run.firsts.get(p, 0), run.starts.get(p, 0)
             sources = overlapping(carried, start, len(items))
-            record, results = task.remote(staged, p, items, *common, first, start, sources)
+            own = {item.index: skips[item.index] for item in items if item.index in skips}
+            record, results = task.remote(staged, p, items, *common, first, start, sources, own)
             pending[record] = (p, start, len(items), results)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -189,6 +196,25 @@ def _run_tasks(job: PackJob, run: PartsRun) -> None:
             run.progress.update(n)
     finally:
         shutil.rmtree(writer.out / STAGING, ignore_errors=True)
+
+
+def _hash_chunk(chunk: list, spec: PreprocessSpec, storage_options: dict[str, Any] | None) -> list:
+    """(source index, rel, phash, digest) of each item of ``chunk``, or its failure."""
+    return [r if isinstance(r, tuple) else (r.source_index, r.rel, r.phash, r.digest)
+            for r in preprocess_chunk(chunk, spec, storage_options)]  # fmt: skip
+
+
+def dedup_skips(job: PackJob) -> dict[int, str]:
+    """The --dedup skips of the whole pack: every item hashed by Ray tasks, then one Deduper
+    over the hashes in pack order (packer/dedup.py), as the local engine's stream would."""
+    import ray
+
+    items = ordered_items(job.scan.items, job.order["kind"], job.order["seed"])
+    task = ray.remote(_hash_chunk)
+    step = BLOCK * 8
+    chunks = [list(items[a : a + step]) for a in range(0, len(items), step)]
+    refs = [task.remote(chunk, job.spec, job.storage_options) for chunk in chunks]
+    return skips_of((h for ref in refs for h in ray.get(ref)), job.dedup or {})
 
 
 def _task_message(text: str) -> str:

@@ -43,6 +43,7 @@ from readers.errors import ImgpackError
 from readers.formats.registry import format_named, registered
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
 from readers.remote import Progress, RemoteError, remote_call, url_fs
+from readers.sample_hashes import is_hashes_name
 from readers.sample_sources import SOURCE_PATHS_NAME
 
 IO_THREADS = 8  # uploads, copies, downloads in flight at once
@@ -341,6 +342,8 @@ class RemoteOutput:
         """Upload the manifest (written in ``work``), last; drop the progress file and staging."""
         if (work / SOURCE_PATHS_NAME).exists():  # the formats finished "as-is" or by renames left it here
             self.upload([work / SOURCE_PATHS_NAME], [SOURCE_PATHS_NAME])
+        hashes = [p.name for p in work.iterdir() if p.is_file() and is_hashes_name(p.name)]
+        self.upload([work / name for name in hashes], hashes)  # the hash sidecar, as the paths
         self.upload([work / MANIFEST_NAME], [MANIFEST_NAME])
         self.delete([PROGRESS_NAME])
         shutil.rmtree(work)  # the lock on it goes with the pack's end

@@ -28,6 +28,7 @@ from readers.errors import ChecksumError, ImgpackError
 from readers.formats import FormatReader, open_reader
 from readers.manifest import read_manifest
 from readers.remote import ShardCache, is_url
+from readers.sample_hashes import stored_hashes
 
 
 @dataclass
@@ -111,11 +112,13 @@ def _check_block(start: int, stop: int, decode: bool, checked: Checked) -> tuple
 
 
 def _check_labels() -> list[str]:
-    """Problems with the label file (its size, sha256 and values), where the format keeps one."""
+    """Problems with the label file (its size, sha256 and values), where the format keeps one,
+    and with the hash sidecar."""
     reader = _reader
     assert reader is not None
     try:
         reader.stored_labels()
+        stored_hashes(reader)  # the hash sidecar's size and sha256 (readers/sample_hashes.py)
     except ImgpackError as exc:
         return [str(exc)]
     return []
