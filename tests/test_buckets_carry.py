@@ -31,11 +31,10 @@ def test_carry_reads_each_buckets_epoch_stream_once_in_order(group):
         spans = ids[schedule].reshape(-1, group)
         assert (spans == spans[:, :1]).all()  # every group (group x batch) is one bucket
     read = np.concatenate(got)
+    bases = [global_order(len(ids), epoch=e, **OPTIONS) for e in range(epochs)]  # type: ignore[arg-type]
     for b in range(3):
         # what each bucket's epochs hold, in each epoch's order, one epoch after another
-        stream = np.concatenate(
-            [base[ids[base] == b] for base in (global_order(len(ids), epoch=e, **OPTIONS) for e in range(epochs))]
-        )
+        stream = np.concatenate([base[ids[base] == b] for base in bases])
         mine = read[ids[read] == b]
         assert np.array_equal(mine, stream[: len(mine)])  # nothing padded, dropped or reordered
         assert 0 <= len(stream) - len(mine) < group  # fewer than a group still waiting
