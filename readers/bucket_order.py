@@ -61,8 +61,7 @@ def bucket_schedule(
     by_bucket = base[np.argsort(of_base, kind="stable")]
     counts = np.bincount(bucket_ids, minlength=num_buckets)
     groups = bucket_groups(counts, group_size, leftover)
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, n, BUCKET_STREAM])
-    shift = rng.random(num_buckets) if shuffle else np.full(num_buckets, 0.5)
+    shift = spread_shifts(seed, epoch, n, num_buckets, shuffle)
     pieces: list[np.ndarray] = []
     keys: list[np.ndarray] = []
     start = 0
@@ -74,12 +73,22 @@ def bucket_schedule(
             continue
         pieces.append(np.resize(mine, k * group_size).reshape(k, group_size))
         keys.append((np.arange(k) + shift[b]) / k)
+    return interleaved(pieces, keys)
+
+
+def spread_shifts(seed: int, epoch: int, n: int, num_buckets: int, shuffle: bool) -> np.ndarray:
+    """Each bucket's place u in [0, 1) of its first group in the epoch (0.5 without shuffle)."""
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, n, BUCKET_STREAM])
+    return rng.random(num_buckets) if shuffle else np.full(num_buckets, 0.5)
+
+
+def interleaved(pieces: list[np.ndarray], keys: list[np.ndarray]) -> np.ndarray:
+    """The groups of every bucket (``pieces``, one (k, group) array each) in order of their
+    ``keys`` (ties by bucket), as one sequence of sample indices."""
     if not pieces:
         return np.zeros(0, dtype=np.int64)
-    all_groups = np.concatenate(pieces)
-    key = np.concatenate(keys)
     owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(pieces)])
-    return all_groups[np.lexsort((owner, key))].reshape(-1).astype(np.int64)
+    return np.concatenate(pieces)[np.lexsort((owner, np.concatenate(keys)))].reshape(-1).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -168,8 +177,7 @@ def carry_schedule(
             members[e] = [base[of_base == k] for k in range(num_buckets)]
         return members[e][b]
 
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, n, BUCKET_STREAM])
-    shift = rng.random(num_buckets) if shuffle else np.full(num_buckets, 0.5)
+    shift = spread_shifts(seed, epoch, n, num_buckets, shuffle)
     pieces: list[np.ndarray] = []
     keys: list[np.ndarray] = []
     for b in range(num_buckets):
@@ -185,10 +193,7 @@ def carry_schedule(
         k = stop - first
         pieces.append(picks.reshape(k, group_size))
         keys.append((np.arange(k) + shift[b]) / k)
-    if not pieces:
-        return np.zeros(0, dtype=np.int64)
-    owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(pieces)])
-    return np.concatenate(pieces)[np.lexsort((owner, np.concatenate(keys)))].reshape(-1).astype(np.int64)
+    return interleaved(pieces, keys)
 
 
 def carry_length(counts: np.ndarray, group_size: int, epoch: int) -> int:
