@@ -61,8 +61,7 @@ def bucket_schedule(
     by_bucket = base[np.argsort(of_base, kind="stable")]
     counts = np.bincount(bucket_ids, minlength=num_buckets)
     groups = bucket_groups(counts, group_size, leftover)
-    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, n, BUCKET_STREAM])
-    shift = rng.random(num_buckets) if shuffle else np.full(num_buckets, 0.5)
+    shift = spread_shifts(seed, epoch, n, num_buckets, shuffle)
     pieces: list[np.ndarray] = []
     keys: list[np.ndarray] = []
     start = 0
@@ -74,12 +73,22 @@ def bucket_schedule(
             continue
         pieces.append(np.resize(mine, k * group_size).reshape(k, group_size))
         keys.append((np.arange(k) + shift[b]) / k)
+    return interleaved(pieces, keys)
+
+
+def spread_shifts(seed: int, epoch: int, n: int, num_buckets: int, shuffle: bool) -> np.ndarray:
+    """Each bucket's place u in [0, 1) of its first group in the epoch (0.5 without shuffle)."""
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, n, BUCKET_STREAM])
+    return rng.random(num_buckets) if shuffle else np.full(num_buckets, 0.5)
+
+
+def interleaved(pieces: list[np.ndarray], keys: list[np.ndarray]) -> np.ndarray:
+    """The groups of every bucket (``pieces``, one (k, group) array each) in order of their
+    ``keys`` (ties by bucket), as one sequence of sample indices."""
     if not pieces:
         return np.zeros(0, dtype=np.int64)
-    all_groups = np.concatenate(pieces)
-    key = np.concatenate(keys)
     owner = np.concatenate([np.full(len(p), i) for i, p in enumerate(pieces)])
-    return all_groups[np.lexsort((owner, key))].reshape(-1).astype(np.int64)
+    return np.concatenate(pieces)[np.lexsort((owner, np.concatenate(keys)))].reshape(-1).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -131,3 +140,64 @@ class BucketOrder(OrderSpec):
     def leftovers(self) -> int:
         """Samples padded (``pad``: repeats) or dropped (``drop``) per epoch."""
         return abs(self.num_samples - self.dataset_size)
+
+
+def carry_schedule(
+    bucket_ids: np.ndarray,
+    num_buckets: int,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    block_size: int,
+    buffer_size: int,
+    group_size: int,
+) -> np.ndarray:
+    """The schedule of ``leftover="carry"``: a bucket's short group waits for the next epoch.
+
+    Each bucket's samples, epoch after epoch in each epoch's order (as ``bucket_schedule`` takes
+    them), form one endless stream cut into groups of ``group_size``; an epoch reads the groups that
+    *end* among its own samples. So nothing is padded or dropped: every sample of epoch e's order
+    is read exactly once, in epoch e or, for the last < ``group_size`` samples of a bucket, in a
+    later epoch (the next one unless the bucket holds fewer than ``group_size`` samples); after E
+    epochs fewer than ``group_size`` samples per bucket are still waiting. The epoch's length
+    varies by epoch (``carry_length``). A pure function of (seed, epoch, the buckets): it looks
+    back at most ``ceil(group_size / smallest bucket)`` epochs' orders. Not yet wired into the
+    readers: see the issue note."""
+    n = len(bucket_ids)
+    counts = np.bincount(bucket_ids, minlength=num_buckets)
+    members: dict[int, list[np.ndarray]] = {}
+
+    def own(e: int, b: int) -> np.ndarray:  # bucket b's samples in epoch e's order
+        if e not in members:
+            base = global_order(
+                n, seed=seed, epoch=e, shuffle=shuffle, block_size=block_size, buffer_size=buffer_size
+            )
+            of_base = bucket_ids[base]
+            members[e] = [base[of_base == k] for k in range(num_buckets)]
+        return members[e][b]
+
+    shift = spread_shifts(seed, epoch, n, num_buckets, shuffle)
+    pieces: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+    for b in range(num_buckets):
+        size = int(counts[b])
+        first, stop = epoch * size // group_size, (epoch + 1) * size // group_size
+        if stop <= first:
+            continue
+        stream = np.arange(first * group_size, stop * group_size, dtype=np.int64)
+        picks = np.empty_like(stream)
+        for e in np.unique(stream // size).tolist():
+            here = stream // size == e
+            picks[here] = own(int(e), b)[stream[here] % size]
+        k = stop - first
+        pieces.append(picks.reshape(k, group_size))
+        keys.append((np.arange(k) + shift[b]) / k)
+    return interleaved(pieces, keys)
+
+
+def carry_length(counts: np.ndarray, group_size: int, epoch: int) -> int:
+    """Samples in epoch ``epoch`` of a ``leftover="carry"`` schedule (all ranks together)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    groups = (epoch + 1) * counts // group_size - epoch * counts // group_size
+    return int(groups.sum()) * group_size

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Bucketed reads against the square centre crop: img/s, pixels kept, leftovers per epoch.
 
-    python scripts/bench_buckets.py --n 600 --side 224 --rounds 3 --workers 2
+    python -m packer.bench.buckets --n 600 --side 224 --rounds 3 --workers 2
 
 Packs two sets into a scratch folder (kept between runs): ImageNet-like JPEGs
 (``scripts/make_bench_data.py``, shorter side 300-500, one in five portrait) and a set of 16:9 and
@@ -15,21 +14,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from packer.engine import pack_folder  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
-from readers import AspectBuckets, make_loader, open_iterable  # noqa: E402
-from readers.bucket_plan import sample_sizes, summary  # noqa: E402
-from readers.formats import open_reader  # noqa: E402
-from scripts.make_bench_data import make_bench_folder  # noqa: E402
+from packer.engine import pack_folder
+from packer.preprocess import PreprocessSpec
+from readers import AspectBuckets, make_loader, open_iterable
+from readers.bucket_plan import sample_sizes, summary
+from readers.formats import open_reader
 
 BATCH = 64
 
@@ -55,7 +51,7 @@ def packed(src: Path, out: Path) -> Path:
     return out
 
 
-def epoch_rate(path: Path, workers: int, **options) -> float:
+def epoch_rate(path: Path, workers: int, **options: Any) -> float:
     loader = make_loader(open_iterable(path, batch_size=BATCH, seed=0, **options), num_workers=workers)
     next(iter(loader))  # workers started, first batch out of the timing
     start = time.perf_counter()
@@ -63,14 +59,16 @@ def epoch_rate(path: Path, workers: int, **options) -> float:
     return count / (time.perf_counter() - start)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    from scripts.make_bench_data import make_bench_folder  # the bench photo maker (a script)
+
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=600)
     parser.add_argument("--side", type=int, default=224)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/imgpack-bench-buckets"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     folder = make_bench_folder(args.dir / "photos", n=args.n, classes=10, seed=0)
     photos = packed(folder, args.dir / "photos.lmdb")
     wide = packed(widescreen_folder(args.dir / "wide", args.n // 4), args.dir / "wide.lmdb")
