@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +16,16 @@ from typing import Any
 import pytest
 
 BUCKET = "imgpack-test"
+
+
+@contextmanager
+def stopped(proc):
+    """The server process frozen (SIGSTOP): connections are accepted by the kernel, never answered."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
 
 
 def free_port() -> int:

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
-from readers import open_dataset, open_iterable
+from readers import ImgpackError, open_dataset, open_iterable
 from readers.bmpcodec import decode_bmp, encode_bmp
 from readers.decode import decode_array
 from readers.errors import ChecksumError, ManifestError
@@ -219,3 +219,17 @@ def test_dataloader_workers(packed):
         assert images.dtype == torch.uint8 and images.shape[1:] == (3, 32, 32)
         total += len(labels)
     assert total == len(reader)
+
+
+def test_bmp_read_many_opens_only_the_wanted_files(packed, tmp_path):
+    cache = tmp_path / "bmp"
+    shutil.copytree(packed("bmp", resize=40, crop=32), cache)
+    ds = open_dataset(cache, decode="numpy")
+    third = cache / json.loads((cache / "files-000000.jsonl").read_text().splitlines()[4])[0]
+    third.unlink()  # sample 3 lies between samples 0 and 5, inside the old merge gap of 8
+    from readers.formats import open_reader
+
+    reader = open_reader(cache)
+    assert [r.label for r in reader.read_many([0, 5])] == [ds.targets[0], ds.targets[5]]
+    with pytest.raises(ImgpackError, match="missing"):
+        reader.read_many([3])

@@ -9,7 +9,7 @@ import pytest
 
 from packer.verify import verify_dataset
 from readers.formats import format_names
-from tests.conftest import SAMPLE_DATA
+from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_disks import mounted_tmpfs
 from tests.packrun import copy_source, run_pack, syscall_count
 
@@ -70,3 +70,28 @@ def test_enospc_on_the_progress_or_manifest_write_is_one_line_and_resumable(tmp_
     rc, text = run_pack(*args, "--resume")
     assert rc == 0, text
     assert verify_dataset(tmp_path / "ds").ok
+
+
+# -- a full disk is one line for every format, small buffered writes included -------------
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 256 KiB tmpfs, mounted for the test (root only, as in CI) and unmounted after it."""
+    with mounted_tmpfs(tmp_path / "tiny-disk", "256k") as mount:
+        yield mount
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("fmt", format_names())
+def test_a_full_disk_under_small_samples_is_one_line(tmp_path, tiny_disk, fmt):
+    # small JPEGs sit in the file's write buffer when the disk fills: closing it must not raise again
+    src = copy_source(tmp_path / "src", copies=4)
+    proc = run_cli(
+        "imagefolder", src, "--to", fmt, "-o", tiny_disk / "ds", "--resize", "64", "--workers", "1", "-q"
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert (
+        len(lines) == 1 and lines[0].startswith("Error: ") and "no space left on device" in lines[0].lower()
+    ), lines

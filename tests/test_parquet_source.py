@@ -15,6 +15,7 @@ from PIL import Image
 
 from packer.cli import main
 from readers import open_dataset
+from tests.conftest import SAMPLE_DATA, run_cli
 
 SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
 
@@ -123,3 +124,20 @@ def test_a_fractional_label_is_refused_naming_the_row(tmp_path):
     result = CliRunner().invoke(main, ["parquet", str(path), "--to", "lmdb", "-o", str(tmp_path / "o")])
     assert result.exit_code == 1
     assert "t.parquet row 1: column 'label' holds 2.5, which names no class" in result.output
+
+
+def test_a_null_parquet_image_cell_is_a_recorded_skip(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images = sorted((SAMPLE_DATA / "animals").iterdir())[:2]
+    cells = [{"bytes": p.read_bytes(), "path": None} for p in images]
+    cells.insert(1, None)
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"image": cells, "label": ["a", "b", "a"]}), table)
+    out = tmp_path / "ds"
+    run_cli("parquet", table, "--to", "lmdb", "-o", out, "--resize", "24", "--workers", "1", "-q", check=True)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["num_samples"] == 2
+    reasons = [s["reason"] for s in manifest["skipped"]]
+    assert reasons == ["t.parquet row 1: column 'image' is null (no image)"]

@@ -45,7 +45,7 @@ def packs(sorted_folder, tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def test_imagenet_shaped_figures_match_the_issue_and_the_iid_expectation():
+def test_imagenet_shaped_figures_match_the_recorded_and_the_iid_expectation():
     before = shuffle_quality(IMAGENET, batch_size=256)
     assert 60 < before.mean_distinct < 66 and 225 < before.iid_mean_distinct < 227
     assert 9 < before.mean_largest_class < 11.5 and 2.7 < before.iid_mean_largest_class < 3.4

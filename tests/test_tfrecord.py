@@ -15,7 +15,7 @@ from tfrecord import example_pb2
 from tfrecord.reader import tfrecord_loader
 from tfrecord.tools.tfrecord2idx import create_index
 
-from readers import open_dataset
+from readers import open_dataset, read_manifest
 from readers.checksums import file_sha256
 from readers.decode import decode_array
 from readers.errors import ChecksumError
@@ -224,3 +224,48 @@ def test_check_crc_false_skips_only_the_data_crc(packed, tmp_path):
     lengths, _ = damaged_copy(root, tmp_path / "l", lambda offsets, sizes: offsets[3] + 2)
     with pytest.raises(ChecksumError, match="length fails its CRC"):
         open_dataset(lengths, decode="bytes", reader_options={"check_crc": False})[3]
+
+
+# -- a TFRecord record whose stored size disagrees with its image -------------------------
+
+
+def _swap_stored_sizes(path):
+    """Rewrite every record of a TFRecord dataset with height and width swapped in its features
+    (the same byte length, CRCs recomputed): what a foreign or hand-edited record may hold."""
+    from readers.formats.tfrecord.example import decode_example, encode_example
+    from readers.formats.tfrecord.reader import META_FEATURE, frame
+
+    for shard in read_manifest(path).shards:
+        data, out = (path / shard.file).read_bytes(), b""
+        while data:
+            length = int.from_bytes(data[:8], "little")
+            features = {k: [bytes(x) if isinstance(x, memoryview) else x for x in v]
+                        for k, v in decode_example(data[12 : 12 + length]).items()}  # fmt: skip
+            meta = features[META_FEATURE.decode()]
+            meta[1], meta[2] = meta[2], meta[1]
+            features["image/height"], features["image/width"] = (
+                features["image/width"],
+                features["image/height"],
+            )
+            payload = encode_example(features)
+            assert len(payload) == length
+            out += frame(payload)
+            data = data[12 + length + 4 :]
+        (path / shard.file).write_bytes(out)
+
+
+def test_tfrecord_image_size_comes_from_the_image_on_every_path(tmp_path, packed):
+    from readers import open_dataset, open_iterable
+
+    original = packed("tfrecord", resize=40, encode="jpeg")
+    tampered = tmp_path / "tampered"
+    shutil.copytree(original, tampered)
+    _swap_stored_sizes(tampered)
+    n = len(open_dataset(original))
+
+    def batch(path):
+        return next(iter(open_iterable(path, shuffle=False, batch_size=n, crop=32)))[0].numpy()
+
+    assert np.array_equal(batch(tampered), batch(original))  # the batch path
+    ours, theirs = open_dataset(tampered, decode="numpy"), open_dataset(original, decode="numpy")
+    assert all(np.array_equal(ours[i][0], theirs[i][0]) for i in range(n))  # the map path

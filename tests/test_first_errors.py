@@ -1,4 +1,4 @@
-"""The mistakes of a new user's first hour (issue 17): each is refused or reported, naming the fix.
+"""The mistakes of a new user's first hour: each is refused or reported, naming the fix.
 
 Every test works from the user's side: the ``pack`` CLI as a subprocess, or the public ``readers``
 API with real DataLoader workers. sample_data's smallest image is 200 px on its shorter side.
@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SAMPLE_DATA, run_cli
 from torch.utils.data import DataLoader
 
-from readers import CudaPrefetcher, ImgpackError, open_dataset, open_iterable
+from readers import ImgpackError, open_dataset, open_iterable
+from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_cli import assert_one_line, pack_sample
 
 SMALLER_THAN_250 = 8  # sample_data images with a side under 250 px
 
@@ -128,18 +129,6 @@ def test_every_file_failing_names_the_first_reason(tmp_path):
 # -- reading ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("loader_batch_size", [1, 32])
-def test_batching_whole_batches_again_is_an_error_naming_batch_size_none(packed, workers, loader_batch_size):
-    path = packed("lmdb", resize=40, crop=32, encode="raw")
-    it = open_iterable(path, batch_size=8)
-    with pytest.raises(ImgpackError) as caught:
-        next(iter(DataLoader(it, batch_size=loader_batch_size, num_workers=workers)))
-    assert "DataLoader(dataset, batch_size=None" in str(caught.value) and "make_loader" in str(caught.value)
-    images, labels = next(iter(DataLoader(it, batch_size=None, num_workers=workers)))
-    assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
-
-
 def test_crop_larger_than_stored_images_fails_when_the_iterable_is_created(packed):
     path = packed("lmdb", resize=40, crop=32, encode="raw")
     with pytest.raises(ImgpackError, match=r"crop=48 is larger than the smallest stored .*pass resize="):
@@ -181,29 +170,42 @@ def test_transform_with_batch_size_names_batch_transform(packed):
     assert next(iter(per_image))[0] == (3, 32, 32)  # without batch_size, transform= is per image
 
 
-def test_prefetcher_on_cpu_normalises_a_copy_and_accepts_std_alone():
-    images = torch.full((2, 3, 4, 4), 100.0)
-    labels = torch.arange(2)
-    original = images.clone()
-    ((out, _),) = list(CudaPrefetcher([(images, labels)], device="cpu", mean=[50.0] * 3, std=[2.0] * 3))
-    assert torch.equal(images, original)  # the loader's tensor is untouched
-    assert out.dtype == torch.float32 and torch.all(out == 25.0)
-    uint8 = torch.full((2, 3, 4, 4), 90, dtype=torch.uint8)
-    ((out, _),) = list(CudaPrefetcher([(uint8, labels)], device="cpu", std=[3.0] * 3))
-    assert out.dtype == torch.float32 and torch.all(out == 30.0)
-    ((same, _),) = list(CudaPrefetcher([(uint8, labels)], device="cpu"))
-    assert same is uint8  # no options: passed through unchanged
+# -- more first mistakes: a missing --workdir, an epoch beyond range, --resume with nothing to resume
+def test_a_missing_workdir_is_one_line_for_webdataset_and_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pack_sample(tmp_path / "shards", "tar")
+    table = tmp_path / "t.parquet"
+    image = (SAMPLE_DATA / "animals").iterdir().__next__().read_bytes()
+    pq.write_table(pa.table({"image": [{"bytes": image, "path": None}], "label": ["a"]}), table)
+    missing = tmp_path / "no" / "such"
+    for source in (["webdataset", tmp_path / "shards" / "shard-000000.tar"], ["parquet", table]):
+        proc = run_cli(*source, "--workdir", missing, "--to", "lmdb", "-o", tmp_path / "o", "-q")
+        assert_one_line(proc, f"{missing}: --workdir is not an existing folder")
+        assert not (tmp_path / "o").exists()
 
 
-def test_bmp_read_many_opens_only_the_wanted_files(packed, tmp_path):
-    cache = tmp_path / "bmp"
-    shutil.copytree(packed("bmp", resize=40, crop=32), cache)
-    ds = open_dataset(cache, decode="numpy")
-    third = cache / json.loads((cache / "files-000000.jsonl").read_text().splitlines()[4])[0]
-    third.unlink()  # sample 3 lies between samples 0 and 5, inside the old merge gap of 8
-    from readers.formats import open_reader
+@pytest.mark.parametrize("epoch", [2**64, -1, 2**32, 1.5])
+def test_set_epoch_out_of_range_is_a_clear_error(packed, epoch):
+    from readers import make_loader, open_iterable
+    from readers.dataset import DeterministicSampler
+    from readers.errors import OptionError
 
-    reader = open_reader(cache)
-    assert [r.label for r in reader.read_many([0, 5])] == [ds.targets[0], ds.targets[5]]
-    with pytest.raises(ImgpackError, match="missing"):
-        reader.read_many([3])
+    stream = open_iterable(packed("lmdb"), batch_size=4, crop=24)
+    loader = make_loader(open_iterable(packed("lmdb"), batch_size=4, crop=24), num_workers=0)
+    for target in (stream, loader, DeterministicSampler(10)):
+        with pytest.raises(OptionError, match=r"set_epoch\(.*\): the epoch must be"):
+            target.set_epoch(epoch)
+    stream.set_epoch(2**32 - 1)  # the last epoch the order tells apart
+
+
+# -- --resume with nothing to resume says so; --resume --force is refused ---------------
+def test_resume_with_nothing_to_resume_says_so_and_resume_force_is_refused(tmp_path):
+    out = tmp_path / "ds"
+    args = ["imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", out, "--resize", "24", "--workers", "1", "-q"]
+    proc = run_cli(*args, "--resume", check=True)
+    assert f"{out}: nothing to resume (no interrupted pack there); packing from the start" in proc.stderr
+    assert open_dataset(out).targets  # and it packed
+    assert_one_line(run_cli(*args, "--resume", "--force"), f"{out}: --force (start over) and --resume")
+    assert_one_line(run_cli(*args, "--resume"), f"{out}: already complete")
