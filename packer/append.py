@@ -30,6 +30,7 @@ from typing import Any
 from packer.engine import PackReport, pack_folder
 from packer.output import OutputLock
 from packer.preprocess import PreprocessSpec
+from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import merge_sizes
 from packer.source import SourceScan
 from readers.checksums import sha256_of_bytes
@@ -61,6 +62,14 @@ def version_of(manifest: Manifest) -> int:
     return int(manifest.extra.get("version", 1))
 
 
+def describe_versions(manifest: Manifest) -> list[str]:
+    """``pack info`` lines: the dataset version and what each version added (none before an append)."""
+    if "history" not in manifest.extra:
+        return []
+    steps = [f"v{h['version']} +{h['added']} from {h['source']} ({h['time']})" for h in history_of(manifest)]
+    return [f"version   {version_of(manifest)}: " + steps[0], *(f"          {s}" for s in steps[1:])]
+
+
 def history_of(manifest: Manifest) -> list[dict[str, Any]]:
     """What each version added (version 1 described from the manifest of a plain pack)."""
     if "history" in manifest.extra:
@@ -70,17 +79,18 @@ def history_of(manifest: Manifest) -> list[dict[str, Any]]:
     return [first]
 
 
-def check_spec(manifest: Manifest, spec: PreprocessSpec | None, where: str) -> PreprocessSpec:
-    """The dataset's recorded preprocessing; an asked option that differs is refused, named."""
+def check_spec(manifest: Manifest, spec: PreprocessSpec | dict[str, Any] | None, where: str) -> PreprocessSpec:
+    """The dataset's recorded preprocessing; an asked option (every field of a spec, the keys of
+    a dict: the options a user typed) that differs is refused, named, before anything is written."""
     recorded = PreprocessSpec.from_dict(manifest.preprocess)
-    if spec is None:
-        return recorded
-    for name, value in dataclasses.asdict(spec).items():
+    asked = dataclasses.asdict(spec) if isinstance(spec, PreprocessSpec) else dict(spec or {})
+    for name, value in asked.items():
         if name in manifest.preprocess and manifest.preprocess[name] != value:
             flag = "--" + name.replace("_", "-")
+            was = manifest.preprocess[name]
             raise OptionError(
-                f"{where}: was packed with {flag} {manifest.preprocess[name]!r}, not {value!r}; an append "
-                f"uses the dataset's options: drop {flag} or pass {manifest.preprocess[name]!r}"
+                f"{where}: was packed with {flag} {was}, not {value}; an append uses the dataset's "
+                f"options: drop {flag} or pass {was}"
             )
     return recorded
 
@@ -104,9 +114,10 @@ def relabelled(scan: SourceScan, manifest: Manifest, where: str) -> SourceScan:
 def append_to(
     dataset: str | os.PathLike,
     scan: SourceScan,
-    spec: PreprocessSpec | None = None,
+    spec: PreprocessSpec | dict[str, Any] | None = None,
     *,
     options: dict[str, Any] | None = None,
+    on_error: str = "skip",
     workers: int | None = None,
     engine: str = "local",
     resume: bool = False,
@@ -132,7 +143,7 @@ def append_to(
         report = None
         if not (staging / MANIFEST_NAME).exists():
             report = pack_folder(scan, staging, manifest.format, spec, workers=workers, engine=engine,
-                                 options=options, order=order["kind"], seed=int(order["seed"]),
+                                 options=options, on_error=on_error, order=order["kind"], seed=int(order["seed"]),
                                  resume=resume and staging.exists(), quiet=quiet, ray_address=ray_address,
                                  base=(root, manifest))  # fmt: skip
         added = read_manifest(staging)
@@ -187,7 +198,7 @@ def merged_manifest(root: Path, old: Manifest, new: Manifest) -> Manifest:
     counts = dict(old.field_counts)
     for name, n in new.field_counts.items():
         counts[name] = counts.get(name, 0) + n
-    sizes = merge_sizes([{"sizes": old.stored_sizes}, {"sizes": new.stored_sizes}]) if old.stored_sizes else None
+    sizes = merge_sizes([{SIZES_KEY: old.stored_sizes}, {SIZES_KEY: new.stored_sizes}])
     return dataclasses.replace(
         old,
         num_samples=old.num_samples + new.num_samples,
@@ -195,7 +206,7 @@ def merged_manifest(root: Path, old: Manifest, new: Manifest) -> Manifest:
         shards=[*old.shards, *(dataclasses.replace(s, first=s.first + old.num_samples) for s in new.shards)],
         skipped=[*old.skipped, *new.skipped],
         extra=extra,
-        stored_sizes=sizes if new.stored_sizes else None,
+        stored_sizes=sizes,
         field_counts=counts,
         created=new.created,
     )

@@ -107,7 +107,7 @@ def main(debug: bool) -> None:
 
 @main.command()
 @click.argument("src", type=click.Path(path_type=str))
-@click.option("--to", "fmt", required=True, type=click.Choice(format_names()), help="Output format.")
+@click.option("--to", "fmt", type=click.Choice(format_names()), help="Output format (required, except with --append).")
 @click.option("-o", "--out", required=True, type=click.Path(path_type=str), help="Output dataset directory.")
 @click.option("--resize", type=click.IntRange(min=1), help="Target size in pixels (see --resize-mode).")
 @click.option(
@@ -202,6 +202,8 @@ def main(debug: bool) -> None:
 )
 @click.option("--force", is_flag=True, help="Replace an existing output dataset.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
+@click.option("--append", is_flag=True,
+              help="Add the source to the existing dataset OUT as its next version, with its format and options.")
 @storage_options_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -230,6 +232,7 @@ def imagefolder(
     seed,
     force,
     resume,
+    append,
     storage_options,
     quiet,
     as_json,
@@ -240,6 +243,12 @@ def imagefolder(
     from packer.engine import pack_folder
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
+    if append:
+        from packer.append_cli import run_append
+
+        return run_append(click.get_current_context(), src, out, storage_options=storage_options or None)
+    if fmt is None:
+        raise click.UsageError("Missing option '--to' (the output format).")
 
     spec = PreprocessSpec(
         resize=resize,
@@ -365,6 +374,7 @@ def parts_problem(dataset: str) -> str | None:
 
 
 def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
+    from packer.append import describe_versions
     from packer.order_info import describe_order
 
     total = sum(s.bytes for s in manifest.shards)
@@ -382,6 +392,7 @@ def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
         f"skipped   {len(manifest.skipped)}",
         *describe_skips(manifest.skipped),
         *describe_order(manifest, quality),
+        *describe_versions(manifest),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
     return "\n".join(lines)
