@@ -1,0 +1,165 @@
+"""``--append``: a dataset grows by new parts (packer/append.py), for every registered format.
+
+The order differs from a fresh pack of the union: a fresh pack shuffles all samples together,
+an append keeps the old samples at their indices and shuffles only the new ones after them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from packer.append import STAGING, append_to, versioned
+from packer.engine import pack_folder
+from packer.imagelist import scan_list
+from packer.preprocess import PreprocessSpec
+from packer.source import scan_folder
+from readers import ResumeError, open_iterable, source_paths
+from readers.errors import OptionError
+from readers.formats import open_reader
+from readers.formats.registry import format_names, formats_storing_fields
+from readers.manifest import MANIFEST_NAME, read_manifest
+from readers.sample_sources import SOURCE_PATHS_NAME
+from tests.conftest import run_cli
+
+SPEC = PreprocessSpec(encode="png")
+
+
+def images(root: Path, counts: dict[str, int], seed: int, prefix: str = "") -> Path:
+    rng = np.random.default_rng(seed)
+    for cls, n in counts.items():
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            pixels = rng.integers(0, 255, (12, 16, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / cls / f"{prefix}{i}.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("append-src")
+    old = images(base / "old", {"b": 6, "d": 6}, seed=1)
+    new = images(base / "new", {"a": 6, "d": 6}, seed=2, prefix="n")  # a new class, a known one
+    union = base / "union"
+    shutil.copytree(old, union)
+    shutil.copytree(new, union, dirs_exist_ok=True)
+    return {"old": old, "new": new, "union": union}
+
+
+def data_files(root: Path) -> dict[Path, bytes]:
+    """Every file of a dataset but its manifest and source-path list (both replaced whole)."""
+    own = {MANIFEST_NAME, SOURCE_PATHS_NAME}
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name not in own}
+
+
+def content(root: Path) -> dict[str, tuple[bytes, str]]:
+    """{source path: (stored bytes, class name)} of every sample, read with verify=True."""
+    reader = open_reader(root, verify=True)
+    try:
+        classes = reader.manifest.classes
+        records = [reader.read(i) for i in range(len(reader))]
+        return {rel: (bytes(r.data), classes[r.label]) for rel, r in zip(source_paths(root), records)}
+    finally:
+        reader.close()
+
+
+@pytest.mark.parametrize("fmt", format_names())
+def test_append_reads_as_the_union_and_leaves_version_1_alone(fmt, sources, tmp_path):
+    ds = tmp_path / "ds"
+    pack_folder(sources["old"], ds, fmt, SPEC, workers=1)
+    before, old_content = data_files(ds), content(ds)
+    old_labels = open_reader(ds).labels().tolist()
+    opened = open_reader(ds)  # a reader of version 1, open across the append
+    first = [bytes(opened.read(i).data) for i in range(len(opened))]
+
+    report = append_to(ds, scan_folder(sources["new"]), workers=1)
+
+    assert (report.version, report.added, report.new_classes) == (2, 12, ["a"])
+    after = data_files(ds)
+    assert {p: after[p] for p in before} == before  # old parts byte for byte
+    assert not (ds / STAGING).exists()
+    assert [bytes(opened.read(i).data) for i in range(len(opened))] == first
+    assert len(opened) == 12
+    opened.close()
+    manifest = read_manifest(ds)
+    assert manifest.classes == ["b", "d", "a"]  # existing indices kept, the new name last
+    appended = open_reader(ds).labels().tolist()
+    assert appended[:12] == old_labels
+    assert [h["added"] for h in manifest.extra["history"]] == [12, 12]
+    new_rels = source_paths(ds)[12:]
+    assert new_rels != sorted(new_rels)  # the pack-time shuffle applied to the new samples
+
+    fresh = tmp_path / "fresh"
+    pack_folder(sources["union"], fresh, fmt, SPEC, workers=1)
+    got, want = content(ds), content(fresh)
+    assert got == want
+    assert {k: got[k] for k in old_content} == old_content
+
+
+def test_a_second_append_and_the_cli(sources, tmp_path):
+    ds = tmp_path / "ds"
+    fmt = next(f for f in format_names() if f in formats_storing_fields())
+    assert run_cli("imagefolder", sources["old"], "--to", fmt, "-o", ds, "--encode", "png", "-q").returncode == 0
+    for version in (2, 3):
+        done = run_cli("imagefolder", sources["new"], "-o", ds, "--append", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["version"] == version
+    manifest = read_manifest(ds)
+    assert manifest.num_samples == 36 and manifest.extra["version"] == 3
+    for entry in (v for v in manifest.extra.values() if isinstance(v, dict) and "sha256" in v):
+        assert entry["file"] == versioned(entry["file"], 3)
+    info = run_cli("info", ds)
+    assert "version   3" in info.stdout and "v3 +12" in info.stdout
+    assert run_cli("verify", ds).returncode == 0
+
+
+def test_a_different_option_is_refused_before_anything_is_written(sources, tmp_path):
+    ds = tmp_path / "ds"
+    pack_folder(sources["old"], ds, "lmdb", SPEC, workers=1)
+    before = {p: p.read_bytes() for p in ds.rglob("*") if p.is_file()}
+    with pytest.raises(OptionError, match="--quality 90, not 50"):
+        append_to(ds, scan_folder(sources["new"]), {"quality": 50})
+    done = run_cli("imagefolder", sources["new"], "-o", ds, "--append", "--resize", "8")
+    assert done.returncode == 1 and "--resize" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = run_cli("imagefolder", sources["new"], "-o", ds, "--append", "--to", "tar")
+    assert done.returncode == 1 and "lmdb dataset, not --to tar" in done.stderr
+    assert {p: p.read_bytes() for p in ds.rglob("*") if p.is_file()} == before
+
+
+def test_a_resume_state_names_its_dataset_version(sources, tmp_path):
+    ds = tmp_path / "ds"
+    pack_folder(sources["old"], ds, "lmdb", SPEC, workers=1)
+    it = open_iterable(ds, batch_size=4, shuffle=True, seed=0)
+    batches = iter(it)
+    next(batches)
+    state = it.state_dict()
+    assert state["dataset_version"] == 1
+    append_to(ds, scan_folder(sources["new"]), workers=1)
+    again = open_iterable(ds, batch_size=4, shuffle=True, seed=0)
+    with pytest.raises(ResumeError, match="saved on version 1 of the dataset but .* is version 2"):
+        again.load_state_dict(state)
+
+
+def test_an_append_with_fields(tmp_path):
+    fmt = next(f for f in format_names() if f in formats_storing_fields())
+    pics = images(tmp_path / "pics", {"x": 8}, seed=3)
+    names = sorted(p.name for p in (pics / "x").iterdir())
+
+    def listing(name: str, rows: list[str], label: int) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps({"image": f"x/{r}", "label": label, "caption": f"c {r}"}) + "\n"
+                                for r in rows))  # fmt: skip
+        return path
+
+    ds = tmp_path / "ds"
+    pack_folder(scan_list(listing("a.jsonl", names[:4], 0), pics), ds, fmt, SPEC, workers=1)
+    append_to(ds, scan_list(listing("b.jsonl", names[4:], 1), pics), workers=1)
+    reader = open_reader(ds, verify=True)
+    records = reader.read_block(0, len(reader))
+    captions = {rel: r.fields["caption"] for rel, r in zip(source_paths(ds), records)}
+    assert captions == {f"x/{n}": f"c {n}" for n in names}
+    assert read_manifest(ds).field_counts == {"caption": 8}
