@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,10 @@ from readers.formats import open_reader
 from readers.formats.registry import format_names, formats_storing_fields
 from readers.manifest import MANIFEST_NAME, read_manifest
 from readers.sample_sources import SOURCE_PATHS_NAME
-from tests.conftest import run_cli
+from packer.output import PROGRESS_NAME
+from tests.conftest import SAMPLE_DATA, run_cli
+from tests.helpers_formats import numbered_and_not
+from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_for
 
 SPEC = PreprocessSpec(encode="png")
 
@@ -163,3 +167,31 @@ def test_an_append_with_fields(tmp_path):
     captions = {rel: r.fields["caption"] for rel, r in zip(source_paths(ds), records)}
     assert captions == {f"x/{n}": f"c {n}" for n in names}
     assert read_manifest(ds).field_counts == {"caption": 8}
+
+
+@pytest.mark.parametrize("fmt", numbered_and_not())
+def test_kill_9_of_an_append_then_resume_gives_the_same_bytes(fmt, tmp_path):
+    ds, clean = tmp_path / "ds", tmp_path / "clean"
+    code, log = run_pack(SAMPLE_DATA, "--to", fmt, "-o", ds, *SLOW_PACK, "--workers", "1", "-q")
+    assert code == 0, log
+    shutil.copytree(ds, clean)
+    new = copy_source(tmp_path / "new")
+    args = ("-o", ds, "--append", "--shards", "3", "--workers", "1", "-q")
+    proc = start_pack(new, *args)
+    progress = ds / STAGING / PROGRESS_NAME
+    wait_for(progress, proc)
+    while proc.poll() is None and not json.loads(progress.read_text() or "{}").get("parts"):
+        time.sleep(0.02)
+    kill_group(proc.pid)
+    proc.wait()
+    assert (ds / STAGING).exists() and read_manifest(ds) == read_manifest(clean)  # still version 1
+    code, log = run_pack(new, *args)
+    assert code == 1 and "--resume" in log  # an interrupted append is not silently restarted
+    code, log = run_pack(new, *args, "--resume")
+    assert code == 0, log
+    code, log = run_pack(new, "-o", clean, "--append", "--shards", "3", "--workers", "1", "-q")
+    assert code == 0, log
+    assert [p.relative_to(ds) for p in data_files(ds)] == [p.relative_to(clean) for p in data_files(clean)]
+    assert list(data_files(ds).values()) == list(data_files(clean).values())
+    assert content(ds) == content(clean)
+    assert (ds / SOURCE_PATHS_NAME).read_bytes() == (clean / SOURCE_PATHS_NAME).read_bytes()
