@@ -195,3 +195,16 @@ def test_kill_9_of_an_append_then_resume_gives_the_same_bytes(fmt, tmp_path):
     assert list(data_files(ds).values()) == list(data_files(clean).values())
     assert content(ds) == content(clean)
     assert (ds / SOURCE_PATHS_NAME).read_bytes() == (clean / SOURCE_PATHS_NAME).read_bytes()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", numbered_and_not()[:1])
+def test_an_append_with_the_ray_engine_equals_a_local_one(fmt, sources, tmp_path):
+    local, ray = tmp_path / "local", tmp_path / "ray"
+    pack_folder(sources["old"], local, fmt, SPEC, workers=1)
+    shutil.copytree(local, ray)
+    append_to(local, scan_folder(sources["new"]), options={"shards": 2}, workers=1)
+    append_to(ray, scan_folder(sources["new"]), options={"shards": 2}, engine="ray")
+    assert list(data_files(ray).values()) == list(data_files(local).values())
+    assert content(ray) == content(local)
