@@ -35,7 +35,14 @@ from packer.sizes import merge_sizes
 from packer.source import SourceScan
 from readers.checksums import sha256_of_bytes
 from readers.errors import ImgpackError, OptionError
-from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Manifest, read_manifest, write_atomic, write_manifest
+from readers.manifest import (
+    MANIFEST_NAME,
+    PROGRESS_NAME,
+    Manifest,
+    read_manifest,
+    write_atomic,
+    write_manifest,
+)
 from readers.sample_sources import SOURCE_PATHS_NAME
 
 STAGING = ".imgpack-append"
@@ -79,7 +86,9 @@ def history_of(manifest: Manifest) -> list[dict[str, Any]]:
     return [first]
 
 
-def check_spec(manifest: Manifest, spec: PreprocessSpec | dict[str, Any] | None, where: str) -> PreprocessSpec:
+def check_spec(
+    manifest: Manifest, spec: PreprocessSpec | dict[str, Any] | None, where: str
+) -> PreprocessSpec:
     """The dataset's recorded preprocessing; an asked option (every field of a spec, the keys of
     a dict: the options a user typed) that differs is refused, named, before anything is written."""
     recorded = PreprocessSpec.from_dict(manifest.preprocess)
@@ -143,8 +152,9 @@ def append_to(
         report = None
         if not (staging / MANIFEST_NAME).exists():
             report = pack_folder(scan, staging, manifest.format, spec, workers=workers, engine=engine,
-                                 options=options, on_error=on_error, order=order["kind"], seed=int(order["seed"]),
-                                 resume=resume and staging.exists(), quiet=quiet, ray_address=ray_address,
+                                 options=options, on_error=on_error, order=order["kind"],
+                                 seed=int(order["seed"]), resume=resume and staging.exists(), quiet=quiet,
+                                 ray_address=ray_address,
                                  base=(root, manifest))  # fmt: skip
         added = read_manifest(staging)
         merged = merged_manifest(root, manifest, added)
@@ -154,8 +164,9 @@ def append_to(
     finally:
         lock.release()
     new_classes = merged.classes[len(manifest.classes) :]
-    return AppendReport(str(root), version_of(merged), added.num_samples, len(added.skipped), merged.num_samples,
-                        new_classes, time.perf_counter() - started, report)  # fmt: skip
+    seconds = time.perf_counter() - started
+    return AppendReport(str(root), version_of(merged), added.num_samples, len(added.skipped),
+                        merged.num_samples, new_classes, seconds, report)  # fmt: skip
 
 
 def sidecar_keys(extra: dict[str, Any]) -> list[str]:
@@ -186,14 +197,20 @@ def merged_manifest(root: Path, old: Manifest, new: Manifest) -> Manifest:
     fmt_key = old.format
     if isinstance(old.extra.get(fmt_key), dict) and isinstance(new.extra.get(fmt_key), dict):
         extra[fmt_key] = _merged_entry(old.extra[fmt_key], new.extra[fmt_key])
-    extra["empty_classes"] = sorted(set(old.extra.get("empty_classes", [])) & set(new.extra.get("empty_classes", [])))
-    step = {"version": version, "first": old.num_samples, "added": new.num_samples, "skipped": len(new.skipped),
-            "source": new.extra.get("source", ""), "time": new.created,
+    extra["empty_classes"] = sorted(
+        set(old.extra.get("empty_classes", [])) & set(new.extra.get("empty_classes", []))
+    )
+    step = {"version": version, "first": old.num_samples, "added": new.num_samples,
+            "skipped": len(new.skipped), "source": new.extra.get("source", ""), "time": new.created,
             "shards": [s.file for s in new.shards]}  # fmt: skip
     extra["version"] = version
     extra["history"] = [*history_of(old), step]
     old_paths, new_paths = root / SOURCE_PATHS_NAME, root / STAGING / SOURCE_PATHS_NAME
-    if old_paths.exists() and new_paths.exists() and not _has_tail(old_paths, old.num_samples + new.num_samples):
+    if (
+        old_paths.exists()
+        and new_paths.exists()
+        and not _has_tail(old_paths, old.num_samples + new.num_samples)
+    ):
         write_atomic(old_paths, old_paths.read_bytes() + new_paths.read_bytes())
     counts = dict(old.field_counts)
     for name, n in new.field_counts.items():
@@ -243,5 +260,7 @@ def _move(src: Path, dst: Path) -> None:
             _move(Path(entry.path), dst / entry.name)
         return
     if dst.exists():
-        raise ImgpackError(f"{dst}: already in the dataset; the append would replace it (remove {src.parent})")
+        raise ImgpackError(
+            f"{dst}: already in the dataset; the append would replace it (remove {src.parent})"
+        )
     os.replace(src, dst)

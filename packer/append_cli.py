@@ -12,7 +12,17 @@ from click.core import ParameterSource
 from readers.errors import OptionError
 from readers.remote import is_url
 
-PREPROCESS = ("resize", "resize_mode", "crop", "encode", "quality", "mode", "upscale", "resample", "max_pixels")
+PREPROCESS = (
+    "resize",
+    "resize_mode",
+    "crop",
+    "encode",
+    "quality",
+    "mode",
+    "upscale",
+    "resample",
+    "max_pixels",
+)
 FORMAT_OPTIONS = ("shards", "samples_per_shard", "shard_size", "compression")
 
 
@@ -34,7 +44,9 @@ def run_append(ctx: click.Context, src: Any, out: str, storage_options: dict[str
     if asked.get("force"):
         raise OptionError("--append adds to the dataset and --force replaces it; pass one of them")
     if is_url(out):
-        raise OptionError(f"{out}: --append writes to local datasets only for now; append locally, then upload")
+        raise OptionError(
+            f"{out}: --append writes to local datasets only for now; append locally, then upload"
+        )
     manifest = read_manifest(out)
     if "fmt" in asked and asked["fmt"] != manifest.format:
         raise OptionError(f"{out}: is a {manifest.format} dataset, not --to {asked['fmt']}; drop --to")

@@ -107,7 +107,7 @@ def main(debug: bool) -> None:
 
 @main.command()
 @click.argument("src", type=click.Path(path_type=str))
-@click.option("--to", "fmt", type=click.Choice(format_names()), help="Output format (required, except with --append).")
+@click.option("--to", "fmt", type=click.Choice(format_names()), help="Output format (not with --append).")
 @click.option("-o", "--out", required=True, type=click.Path(path_type=str), help="Output dataset directory.")
 @click.option("--resize", type=click.IntRange(min=1), help="Target size in pixels (see --resize-mode).")
 @click.option(
@@ -203,7 +203,7 @@ def main(debug: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing output dataset.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
 @click.option("--append", is_flag=True,
-              help="Add the source to the existing dataset OUT as its next version, with its format and options.")
+              help="Add the source to the dataset OUT as its next version, with its format and options.")
 @storage_options_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")

@@ -67,7 +67,8 @@ class PackedIterable(RecordStream):
     def identity(self) -> dict[str, Any]:
         manifest = self.reader.manifest
         version = int(manifest.extra.get("version", 1))  # appends (packer/append.py) count it up
-        return {"dataset": manifest.sample_identity(), DATASET_VERSION: version, **bucket_identity(self.spec, self.order)}
+        identity = {"dataset": manifest.sample_identity(), DATASET_VERSION: version}
+        return {**identity, **bucket_identity(self.spec, self.order)}
 
     def where(self) -> str:
         return str(self.path)

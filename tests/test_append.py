@@ -17,6 +17,7 @@ from PIL import Image
 from packer.append import STAGING, append_to, versioned
 from packer.engine import pack_folder
 from packer.imagelist import scan_list
+from packer.output import PROGRESS_NAME
 from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
 from readers import ResumeError, open_iterable, source_paths
@@ -25,7 +26,6 @@ from readers.formats import open_reader
 from readers.formats.registry import format_names, formats_storing_fields
 from readers.manifest import MANIFEST_NAME, read_manifest
 from readers.sample_sources import SOURCE_PATHS_NAME
-from packer.output import PROGRESS_NAME
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import numbered_and_not
 from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_for
@@ -107,7 +107,9 @@ def test_append_reads_as_the_union_and_leaves_version_1_alone(fmt, sources, tmp_
 def test_a_second_append_and_the_cli(sources, tmp_path):
     ds = tmp_path / "ds"
     fmt = next(f for f in format_names() if f in formats_storing_fields())
-    assert run_cli("imagefolder", sources["old"], "--to", fmt, "-o", ds, "--encode", "png", "-q").returncode == 0
+    assert (
+        run_cli("imagefolder", sources["old"], "--to", fmt, "-o", ds, "--encode", "png", "-q").returncode == 0
+    )
     for version in (2, 3):
         done = run_cli("imagefolder", sources["new"], "-o", ds, "--append", "--json")
         assert done.returncode == 0, done.stderr

@@ -38,7 +38,9 @@ def make_images(root: Path, count: int, classes: int, seed: int, prefix: str) ->
         folder.mkdir(parents=True, exist_ok=True)
         a, b, c = rng.random(3, dtype=np.float32) * 255
         pixels = np.stack([a * yy, b * xx, c * (1 - yy)], -1)
-        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(folder / f"{prefix}{i:06d}.jpg", quality=90)
+        Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(
+            folder / f"{prefix}{i:06d}.jpg", quality=90
+        )
     return root
 
 
@@ -65,18 +67,12 @@ def run(images: int, fraction: float, rounds: int, fmt: str, workers: int, work:
     for r in range(rounds):
         base, fresh = work / f"base{r}", work / f"fresh{r}"
 
-        def full() -> float:
-            started = time.perf_counter()
-            pack_folder(old, base, fmt, spec, workers=workers)
-            return time.perf_counter() - started
-
-        def grow() -> float:
-            started = time.perf_counter()
-            append_to(base, scan_folder(new), workers=workers)
-            return time.perf_counter() - started
-
-        full_time = full()  # the append needs the pack: the order alternates in the read pair
-        append_time = grow()
+        started = time.perf_counter()
+        pack_folder(old, base, fmt, spec, workers=workers)
+        full_time = time.perf_counter() - started  # the append needs the pack: reads alternate
+        started = time.perf_counter()
+        append_to(base, scan_folder(new), workers=workers)
+        append_time = time.perf_counter() - started
         pack_folder(union, fresh, fmt, spec, workers=workers)
         pair = [(base, fresh), (fresh, base)][r % 2]
         rates = {p: read_rate(p, 256) for p in pair}
@@ -100,7 +96,9 @@ def run(images: int, fraction: float, rounds: int, fmt: str, workers: int, work:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m packer.bench.append", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m packer.bench.append", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--images", type=int, default=10_000, help="samples of the dataset appended to")
     parser.add_argument("--fraction", type=float, default=0.01, help="appended share of --images")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; medians are printed")
