@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packer.append_place import LocalPlace, Place, RemotePlace
 from packer.engine import PackReport, pack_folder
 from packer.output import OutputLock
 from packer.preprocess import PreprocessSpec
@@ -40,12 +41,10 @@ from readers.manifest import (
     PROGRESS_NAME,
     Manifest,
     read_manifest,
-    write_atomic,
-    write_manifest,
 )
+from readers.remote import is_url
 from readers.sample_sources import SOURCE_PATHS_NAME
 
-STAGING = ".imgpack-append"
 # Manifest ``extra`` entries naming a per-sample sidecar ({file, bytes, sha256, ...}; fixed-width
 # records in dataset order): appended as old bytes + new bytes under a versioned file name.
 # Every such entry is found by its shape (see sidecar_keys), so a new sidecar needs no change here.
@@ -132,22 +131,25 @@ def append_to(
     resume: bool = False,
     quiet: bool = True,
     ray_address: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> AppendReport:
-    """Append the scanned source ``scan`` to the dataset at ``dataset`` (version N -> N + 1)."""
+    """Append the scanned source ``scan`` to the dataset at ``dataset`` (version N -> N + 1): a
+    folder or a URL (``s3://...``, opened with ``storage_options``)."""
     started = time.perf_counter()
-    root = Path(dataset)
-    manifest = read_manifest(root)
-    spec = check_spec(manifest, spec, str(root))
-    scan = relabelled(scan, manifest, str(root))
-    staging = root / STAGING
+    place: Place = RemotePlace(dataset, storage_options) if is_url(dataset) else LocalPlace(Path(dataset))
+    manifest = read_manifest(dataset, storage_options)
+    spec = check_spec(manifest, spec, place.name)
+    scan = relabelled(scan, manifest, place.name)
+    staging = place.staging
     if staging.exists() and not resume:
-        raise ImgpackError(f"{root}: an interrupted append is there ({STAGING}); re-run it with --resume")
+        raise ImgpackError(f"{place.name}: an interrupted append is there ({staging}); re-run with --resume")
     options = dict(options or {})
     compression = manifest.extra.get("hdf5", {}).get("compression")
     if compression and manifest.format == "hdf5":
         options.setdefault("compression", compression)
     order = manifest.extra.get("order", {"kind": "shuffled", "seed": 0})
-    lock = OutputLock(root)
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    lock = OutputLock(staging.parent)  # one append at a time (the dataset folder, locally)
     try:
         report = None
         if not (staging / MANIFEST_NAME).exists():
@@ -155,17 +157,17 @@ def append_to(
                                  options=options, on_error=on_error, order=order["kind"],
                                  seed=int(order["seed"]), resume=resume and staging.exists(), quiet=quiet,
                                  ray_address=ray_address,
-                                 base=(root, manifest))  # fmt: skip
+                                 base=(Path(str(dataset)), manifest))  # fmt: skip
         added = read_manifest(staging)
-        merged = merged_manifest(root, manifest, added)
-        _graft(staging, root, added)
-        write_manifest(root, merged)
+        merged = merged_manifest(place, manifest, added)
+        _graft(staging, place, added)
+        place.write_manifest(merged)
         shutil.rmtree(staging)
     finally:
         lock.release()
     new_classes = merged.classes[len(manifest.classes) :]
     seconds = time.perf_counter() - started
-    return AppendReport(str(root), version_of(merged), added.num_samples, len(added.skipped),
+    return AppendReport(place.name, version_of(merged), added.num_samples, len(added.skipped),
                         merged.num_samples, new_classes, seconds, report)  # fmt: skip
 
 
@@ -175,43 +177,40 @@ def sidecar_keys(extra: dict[str, Any]) -> list[str]:
 
 
 def versioned(name: str, version: int) -> str:
-    """``labels.i64`` -> ``labels.v2.i64``: a sidecar of version 2, beside version 1's."""
+    """``labels.i64`` -> ``labels~v2.i64``: a sidecar of version 2, beside version 1's."""
     stem, dot, suffix = name.partition(".")
     base = stem.split("~v")[0]
     return f"{base}~v{version}{dot}{suffix}"
 
 
-def merged_manifest(root: Path, old: Manifest, new: Manifest) -> Manifest:
+def merged_manifest(place: Place, old: Manifest, new: Manifest) -> Manifest:
     """Version N + 1: old shards then new ones, sidecars extended (their files written here)."""
     version = version_of(old) + 1
     extra = dict(old.extra)
     for key in sidecar_keys(old.extra):
         if key not in new.extra:
-            raise ImgpackError(f"{root}: the appended samples have no {key} sidecar; re-run with --resume")
+            raise ImgpackError(f"{place.name}: the new samples have no {key} sidecar; re-run with --resume")
         entry = dict(old.extra[key])
         name = versioned(entry["file"], version)
-        data = (root / entry["file"]).read_bytes() + (root / STAGING / new.extra[key]["file"]).read_bytes()
-        if not (root / name).exists() or (root / name).stat().st_size != len(data):
-            write_atomic(root / name, data)
+        data = place.read(entry["file"]) + (place.staging / new.extra[key]["file"]).read_bytes()
+        if place.size(name) != len(data):
+            place.write(name, data)
         extra[key] = {**entry, "file": name, "bytes": len(data), "sha256": sha256_of_bytes(data)}
     fmt_key = old.format
     if isinstance(old.extra.get(fmt_key), dict) and isinstance(new.extra.get(fmt_key), dict):
         extra[fmt_key] = _merged_entry(old.extra[fmt_key], new.extra[fmt_key])
-    extra["empty_classes"] = sorted(
-        set(old.extra.get("empty_classes", [])) & set(new.extra.get("empty_classes", []))
-    )
+    empty = set(old.extra.get("empty_classes", [])) & set(new.extra.get("empty_classes", []))
+    extra["empty_classes"] = sorted(empty)
     step = {"version": version, "first": old.num_samples, "added": new.num_samples,
             "skipped": len(new.skipped), "source": new.extra.get("source", ""), "time": new.created,
             "shards": [s.file for s in new.shards]}  # fmt: skip
     extra["version"] = version
     extra["history"] = [*history_of(old), step]
-    old_paths, new_paths = root / SOURCE_PATHS_NAME, root / STAGING / SOURCE_PATHS_NAME
-    if (
-        old_paths.exists()
-        and new_paths.exists()
-        and not _has_tail(old_paths, old.num_samples + new.num_samples)
-    ):
-        write_atomic(old_paths, old_paths.read_bytes() + new_paths.read_bytes())
+    new_paths = place.staging / SOURCE_PATHS_NAME
+    if place.size(SOURCE_PATHS_NAME) is not None and new_paths.exists():
+        paths = place.read(SOURCE_PATHS_NAME)
+        if paths.count(b"\0") != old.num_samples + new.num_samples:  # not yet extended (a resumed graft)
+            place.write(SOURCE_PATHS_NAME, paths + new_paths.read_bytes())
     counts = dict(old.field_counts)
     for name, n in new.field_counts.items():
         counts[name] = counts.get(name, 0) + n
@@ -229,11 +228,6 @@ def merged_manifest(root: Path, old: Manifest, new: Manifest) -> Manifest:
     )
 
 
-def _has_tail(path: Path, samples: int) -> bool:
-    """Whether the source-path file already lists ``samples`` paths (a resumed graft)."""
-    return path.read_bytes().count(b"\0") == samples
-
-
 def _merged_entry(old: Any, new: Any) -> Any:
     """A format's own ``extra`` entry for old + new parts: lists joined, dicts merged."""
     if isinstance(old, list) and isinstance(new, list):
@@ -244,23 +238,10 @@ def _merged_entry(old: Any, new: Any) -> Any:
     return old
 
 
-def _graft(staging: Path, root: Path, added: Manifest) -> None:
-    """Move the new data files from ``staging`` into ``root`` (folders merged); never replace."""
+def _graft(staging: Path, place: Place, added: Manifest) -> None:
+    """Move the new data files from ``staging`` into the dataset (folders merged); never replace."""
     own = {MANIFEST_NAME, PROGRESS_NAME, SOURCE_PATHS_NAME}
     own |= {added.extra[k]["file"] for k in sidecar_keys(added.extra)}
-    for entry in sorted(os.scandir(staging), key=lambda e: e.name):
-        if entry.name in own or entry.name.startswith("."):
-            continue
-        _move(Path(entry.path), root / entry.name)
-
-
-def _move(src: Path, dst: Path) -> None:
-    if src.is_dir() and dst.is_dir():
-        for entry in sorted(os.scandir(src), key=lambda e: e.name):
-            _move(Path(entry.path), dst / entry.name)
-        return
-    if dst.exists():
-        raise ImgpackError(
-            f"{dst}: already in the dataset; the append would replace it (remove {src.parent})"
-        )
-    os.replace(src, dst)
+    for entry in sorted(os.listdir(staging)):
+        if entry not in own and not entry.startswith("."):
+            place.move_in(staging / entry, entry)

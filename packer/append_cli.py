@@ -10,7 +10,6 @@ import click
 from click.core import ParameterSource
 
 from readers.errors import OptionError
-from readers.remote import is_url
 
 PREPROCESS = (
     "resize",
@@ -43,11 +42,7 @@ def run_append(ctx: click.Context, src: Any, out: str, storage_options: dict[str
     asked = given(ctx)
     if asked.get("force"):
         raise OptionError("--append adds to the dataset and --force replaces it; pass one of them")
-    if is_url(out):
-        raise OptionError(
-            f"{out}: --append writes to local datasets only for now; append locally, then upload"
-        )
-    manifest = read_manifest(out)
+    manifest = read_manifest(out, storage_options)
     if "fmt" in asked and asked["fmt"] != manifest.format:
         raise OptionError(f"{out}: is a {manifest.format} dataset, not --to {asked['fmt']}; drop --to")
     order = manifest.extra.get("order", {})
@@ -71,6 +66,7 @@ def run_append(ctx: click.Context, src: Any, out: str, storage_options: dict[str
         quiet=params["quiet"] or params["as_json"],
         ray_address=params["ray_address"],
         on_error=params["on_error"],
+        storage_options=storage_options,
     )
     if params["as_json"]:
         emit_json({k: v for k, v in vars(report).items() if k != "pack"})

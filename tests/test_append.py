@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer.append import STAGING, append_to, versioned
+from packer.append import append_to, versioned
+from packer.append_place import STAGING
 from packer.engine import pack_folder
 from packer.imagelist import scan_list
 from packer.output import PROGRESS_NAME
@@ -29,6 +30,7 @@ from readers.sample_sources import SOURCE_PATHS_NAME
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import numbered_and_not
 from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_for
+from tests.s3server import BUCKET
 
 SPEC = PreprocessSpec(encode="png")
 
@@ -210,3 +212,22 @@ def test_an_append_with_the_ray_engine_equals_a_local_one(fmt, sources, tmp_path
     append_to(ray, scan_folder(sources["new"]), options={"shards": 2}, engine="ray")
     assert list(data_files(ray).values()) == list(data_files(local).values())
     assert content(ray) == content(local)
+
+
+@pytest.mark.parametrize("fmt", numbered_and_not()[:1])
+def test_an_append_to_an_s3_dataset_equals_a_local_one(fmt, sources, s3, tmp_path):
+    fs, options = s3
+    local, url = tmp_path / "local", f"s3://{BUCKET}/grow-{fmt}"
+    pack_folder(sources["old"], local, fmt, SPEC, workers=1)
+    pack_folder(sources["old"], url, fmt, SPEC, workers=1, storage_options=options)
+    before = {p: fs.cat_file(p) for p in fs.find(url.removeprefix("s3://")) if not p.endswith(MANIFEST_NAME)}
+    append_to(local, scan_folder(sources["new"]), workers=1)
+    report = append_to(url, scan_folder(sources["new"]), workers=1, storage_options=options)
+    assert report.version == 2
+    assert {p: fs.cat_file(p) for p in before if not p.endswith(SOURCE_PATHS_NAME)} == {
+        p: b for p, b in before.items() if not p.endswith(SOURCE_PATHS_NAME)
+    }
+    copy = tmp_path / "copy"
+    fs.get(url.removeprefix("s3://") + "/", str(copy) + "/", recursive=True)
+    assert list(data_files(copy).values()) == list(data_files(local).values())
+    assert content(copy) == content(local)
