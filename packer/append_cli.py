@@ -4,6 +4,7 @@ the dataset DS as its next version (packer/append.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -31,10 +32,17 @@ def given(ctx: click.Context) -> dict[str, Any]:
     return {k: v for k, v in ctx.params.items() if ctx.get_parameter_source(k) in typed}
 
 
-def run_append(ctx: click.Context, src: Any, out: str, storage_options: dict[str, Any] | None) -> None:
-    """Append ``src`` (a path, URL or an already scanned source) to the dataset ``out``."""
+def run_append(
+    ctx: click.Context,
+    src: Any,
+    out: str,
+    storage_options: dict[str, Any] | None,
+    shard_size: int | None,
+    emit_json: Callable[[Any], None],
+) -> None:
+    """Append ``src`` (a path, URL or an already scanned source) to the dataset ``out``
+    (``shard_size`` parsed, ``emit_json`` printing the summary: packer/cli.py's)."""
     from packer.append import append_to
-    from packer.cli import emit_json, parse_size
     from packer.engine import _scan
     from packer.source import SourceScan
     from readers.manifest import read_manifest
@@ -52,8 +60,8 @@ def run_append(ctx: click.Context, src: Any, out: str, storage_options: dict[str
             raise OptionError(f"{out}: was packed with --{name} {recorded}, not {asked[name]}; drop --{name}")
     params = ctx.params
     options = {k: params[k] for k in FORMAT_OPTIONS if params.get(k) is not None}
-    if "shard_size" in options:
-        options["shard_size"] = parse_size(options["shard_size"])
+    if shard_size is not None:
+        options["shard_size"] = shard_size
     scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
     report = append_to(
         out,

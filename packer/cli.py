@@ -246,7 +246,8 @@ def imagefolder(
     if append:
         from packer.append_cli import run_append
 
-        return run_append(click.get_current_context(), src, out, storage_options=storage_options or None)
+        ctx = click.get_current_context()
+        return run_append(ctx, src, out, storage_options or None, parse_size(shard_size), emit_json)
     if fmt is None:
         raise click.UsageError("Missing option '--to' (the output format).")
 
