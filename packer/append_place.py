@@ -87,9 +87,11 @@ class RemotePlace:
         files = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
         for path in files:
             rel = name if path == src else f"{name}/{path.relative_to(src).as_posix()}"
-            if self.size(rel) is not None:
+            there = self.size(rel)
+            if there is not None and there != path.stat().st_size:
                 raise ImgpackError(f"{self.name}/{rel}: already in the dataset; the append would replace it")
-            self.fs.put_file(str(path), self._path(rel))
+            if there is None:  # the same size: uploaded by an interrupted graft, not yet unlinked
+                self.fs.put_file(str(path), self._path(rel))
             path.unlink()  # uploaded: a resumed graft uploads only what is left
         if src.is_dir():
             shutil.rmtree(src)

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from packer.append import append_to, versioned
-from packer.append_place import STAGING
+from packer.append_place import STAGING, RemotePlace
 from packer.engine import pack_folder
 from packer.imagelist import scan_list
 from packer.output import PROGRESS_NAME
@@ -227,6 +227,33 @@ def test_an_append_to_an_s3_dataset_equals_a_local_one(fmt, sources, s3, tmp_pat
     assert {p: fs.cat_file(p) for p in before if not p.endswith(SOURCE_PATHS_NAME)} == {
         p: b for p, b in before.items() if not p.endswith(SOURCE_PATHS_NAME)
     }
+    copy = tmp_path / "copy"
+    fs.get(url.removeprefix("s3://") + "/", str(copy) + "/", recursive=True)
+    assert list(data_files(copy).values()) == list(data_files(local).values())
+    assert content(copy) == content(local)
+
+
+def test_kill_9_of_an_append_to_s3_then_resume(sources, s3, tmp_path):
+    fs, options = s3
+    fmt = numbered_and_not()[0]
+    spec = PreprocessSpec(resize=256, encode="png", upscale=True)  # slow enough to interrupt
+    url, local = f"s3://{BUCKET}/grow-kill", tmp_path / "local"
+    for out in (url, local):
+        pack_folder(sources["old"], out, fmt, spec, workers=1, storage_options=options)
+    new = copy_source(tmp_path / "new")
+    args = ("-o", url, "--append", "--shards", "3", "--workers", "1", "-q")
+    args += ("--storage-options", json.dumps(options))
+    proc = start_pack(new, *args)
+    progress = RemotePlace(url, options).staging / PROGRESS_NAME
+    wait_for(progress, proc)
+    while proc.poll() is None and not json.loads(progress.read_text() or "{}").get("parts"):
+        time.sleep(0.02)
+    kill_group(proc.pid)
+    proc.wait()
+    assert progress.exists() and read_manifest(url, options).num_samples == 12  # still version 1
+    code, log = run_pack(new, *args, "--resume")
+    assert code == 0, log
+    append_to(local, scan_folder(new), options={"shards": 3}, workers=1)
     copy = tmp_path / "copy"
     fs.get(url.removeprefix("s3://") + "/", str(copy) + "/", recursive=True)
     assert list(data_files(copy).values()) == list(data_files(local).values())
