@@ -148,8 +148,8 @@ def append_to(
     if compression and manifest.format == "hdf5":
         options.setdefault("compression", compression)
     order = manifest.extra.get("order", {"kind": "shuffled", "seed": 0})
-    staging.parent.mkdir(parents=True, exist_ok=True)
-    lock = OutputLock(staging.parent)  # one append at a time (the dataset folder, locally)
+    # One append at a time: locally the dataset folder is locked; remotely, the staging pack's own lock.
+    lock = OutputLock(place.root) if isinstance(place, LocalPlace) else None
     try:
         report = None
         if not (staging / MANIFEST_NAME).exists():
@@ -164,7 +164,8 @@ def append_to(
         place.write_manifest(merged)
         shutil.rmtree(staging)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     new_classes = merged.classes[len(manifest.classes) :]
     seconds = time.perf_counter() - started
     return AppendReport(place.name, version_of(merged), added.num_samples, len(added.skipped),
