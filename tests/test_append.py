@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tarfile
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from PIL import Image
 from packer.append import append_to, versioned
 from packer.append_place import STAGING, RemotePlace
 from packer.engine import pack_folder
+from packer.formats import writer_class
 from packer.imagelist import scan_list
 from packer.output import PROGRESS_NAME
 from packer.preprocess import PreprocessSpec
@@ -25,6 +27,7 @@ from readers import ResumeError, open_iterable, source_paths
 from readers.errors import OptionError
 from readers.formats import open_reader
 from readers.formats.registry import format_names, formats_storing_fields
+from readers.formats.tar.reader import sample_key, split_member
 from readers.manifest import MANIFEST_NAME, read_manifest
 from readers.sample_sources import SOURCE_PATHS_NAME
 from tests.conftest import SAMPLE_DATA, run_cli
@@ -73,6 +76,15 @@ def content(root: Path) -> dict[str, tuple[bytes, str]]:
         reader.close()
 
 
+def stored_keys(root: Path) -> list[str]:
+    """The sample keys of a dataset whose shards are tar streams (its writer stores indices)."""
+    keys: list[str] = []
+    for shard in read_manifest(root).shards:
+        with tarfile.open(root / shard.file) as tar:
+            keys += dict.fromkeys(split_member(name)[0] for name in tar.getnames())
+    return keys
+
+
 @pytest.mark.parametrize("fmt", format_names())
 def test_append_reads_as_the_union_and_leaves_version_1_alone(fmt, sources, tmp_path):
     ds = tmp_path / "ds"
@@ -98,6 +110,9 @@ def test_append_reads_as_the_union_and_leaves_version_1_alone(fmt, sources, tmp_
     assert [h["added"] for h in manifest.extra["history"]] == [12, 12]
     new_rels = source_paths(ds)[12:]
     assert new_rels != sorted(new_rels)  # the pack-time shuffle applied to the new samples
+
+    if writer_class(fmt).stores_indices:  # the samples' own keys name their dataset index
+        assert stored_keys(ds) == [sample_key(i) for i in range(24)]
 
     fresh = tmp_path / "fresh"
     pack_folder(sources["union"], fresh, fmt, SPEC, workers=1)
@@ -258,3 +273,15 @@ def test_kill_9_of_an_append_to_s3_then_resume(sources, s3, tmp_path):
     fs.get(url.removeprefix("s3://") + "/", str(copy) + "/", recursive=True)
     assert list(data_files(copy).values()) == list(data_files(local).values())
     assert content(copy) == content(local)
+
+
+@pytest.mark.parametrize("fmt", format_names())
+def test_appending_files_of_the_same_names_keeps_both(fmt, sources, tmp_path):
+    """A re-scraped batch holds names the dataset has (``d/0.png``): both samples stay readable."""
+    ds = tmp_path / "ds"
+    pack_folder(sources["old"], ds, fmt, SPEC, workers=1)
+    append_to(ds, scan_folder(sources["old"]), workers=1)
+    reader = open_reader(ds, verify=True)
+    stored = [bytes(reader.read(i).data) for i in range(len(reader))]
+    assert len(stored) == 24 and sorted(stored[:12]) == sorted(stored[12:])
+    assert sorted(source_paths(ds)[:12]) == sorted(source_paths(ds)[12:])
