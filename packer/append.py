@@ -159,17 +159,26 @@ def append_to(
                                  ray_address=ray_address,
                                  base=(Path(str(dataset)), manifest))  # fmt: skip
         added = read_manifest(staging)
-        merged = merged_manifest(place, manifest, added)
-        _graft(staging, place, added)
-        place.write_manifest(merged)
+        if _committed(manifest, added):  # killed after its manifest was written: only tidy up
+            merged = manifest
+        else:
+            merged = merged_manifest(place, manifest, added)
+            _graft(staging, place, added)
+            place.write_manifest(merged)
         shutil.rmtree(staging)
     finally:
         if lock is not None:
             lock.release()
-    new_classes = merged.classes[len(manifest.classes) :]
+    new_classes = merged.extra["history"][-1]["new_classes"]
     seconds = time.perf_counter() - started
     return AppendReport(place.name, version_of(merged), added.num_samples, len(added.skipped),
                         merged.num_samples, new_classes, seconds, report)  # fmt: skip
+
+
+def _committed(manifest: Manifest, added: Manifest) -> bool:
+    """Whether ``manifest`` is already the version that ``added`` (a staged append) made."""
+    history = manifest.extra.get("history") or [{}]
+    return bool(added.shards) and history[-1].get("shards") == [s.file for s in added.shards]
 
 
 def sidecar_keys(extra: dict[str, Any]) -> list[str]:
@@ -204,7 +213,8 @@ def merged_manifest(place: Place, old: Manifest, new: Manifest) -> Manifest:
     extra["empty_classes"] = sorted(empty)
     step = {"version": version, "first": old.num_samples, "added": new.num_samples,
             "skipped": len(new.skipped), "source": new.extra.get("source", ""), "time": new.created,
-            "shards": [s.file for s in new.shards]}  # fmt: skip
+            "shards": [s.file for s in new.shards],
+            "new_classes": new.classes[len(old.classes) :]}  # fmt: skip
     extra["version"] = version
     extra["history"] = [*history_of(old), step]
     new_paths = place.staging / SOURCE_PATHS_NAME

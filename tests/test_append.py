@@ -285,3 +285,22 @@ def test_appending_files_of_the_same_names_keeps_both(fmt, sources, tmp_path):
     stored = [bytes(reader.read(i).data) for i in range(len(reader))]
     assert len(stored) == 24 and sorted(stored[:12]) == sorted(stored[12:])
     assert sorted(source_paths(ds)[:12]) == sorted(source_paths(ds)[12:])
+
+
+def test_an_append_killed_after_its_manifest_resumes_to_the_same_version(sources, tmp_path, monkeypatch):
+    import packer.append
+
+    ds = tmp_path / "ds"
+    pack_folder(sources["old"], ds, "lmdb", SPEC, workers=1)
+
+    def killed(path: Path) -> None:
+        raise KeyboardInterrupt  # the moment between the manifest and the staging folder's removal
+
+    monkeypatch.setattr(packer.append.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        append_to(ds, scan_folder(sources["new"]), workers=1)
+    monkeypatch.undo()
+    written = (ds / MANIFEST_NAME).read_bytes()
+    report = append_to(ds, scan_folder(sources["new"]), workers=1, resume=True)
+    assert (report.version, report.new_classes) == (2, ["a"])
+    assert (ds / MANIFEST_NAME).read_bytes() == written and not (ds / STAGING).exists()
