@@ -108,7 +108,7 @@ def main(debug: bool) -> None:
 
 @main.command()
 @click.argument("src", type=click.Path(path_type=str))
-@click.option("--to", "fmt", required=True, type=click.Choice(format_names()), help="Output format.")
+@click.option("--to", "fmt", type=click.Choice(format_names()), help="Output format (not with --append).")
 @click.option("-o", "--out", required=True, type=click.Path(path_type=str), help="Output dataset directory.")
 @click.option("--resize", type=click.IntRange(min=1), help="Target size in pixels (see --resize-mode).")
 @click.option(
@@ -203,6 +203,8 @@ def main(debug: bool) -> None:
 )
 @click.option("--force", is_flag=True, help="Replace an existing output dataset.")
 @click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
+@click.option("--append", is_flag=True,
+              help="Add the source to the dataset OUT as its next version, with its format and options.")
 @storage_options_option
 @dedup_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
@@ -232,6 +234,7 @@ def imagefolder(
     seed,
     force,
     resume,
+    append,
     storage_options,
     dedup,
     near_distance,
@@ -244,6 +247,13 @@ def imagefolder(
     from packer.engine import pack_folder
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
+    if append:
+        from packer.append_cli import run_append
+
+        ctx = click.get_current_context()
+        return run_append(ctx, src, out, storage_options or None, parse_size(shard_size), emit_json)
+    if fmt is None:
+        raise click.UsageError("Missing option '--to' (the output format).")
 
     spec = PreprocessSpec(
         resize=resize,
@@ -371,6 +381,7 @@ def parts_problem(dataset: str) -> str | None:
 
 
 def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
+    from packer.append import describe_versions
     from packer.order_info import describe_order
     from packer.views import describe_view
 
@@ -390,6 +401,7 @@ def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
         *describe_skips(manifest.skipped),
         *describe_order(manifest, quality),
         *describe_view(manifest),
+        *describe_versions(manifest),
         f"created   {manifest.created} by imgpack {manifest.imgpack_version}",
     ]
     return "\n".join(lines)

@@ -24,7 +24,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -202,13 +202,15 @@ def pack_folder(
     storage_options: dict[str, Any] | None = None,
     dedup: str | None = None,
     near_distance: int | None = None,
+    base: tuple[Path, Manifest] | None = None,
 ) -> PackReport:
     """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``.
 
     The samples are written in a permutation of the source seeded by ``seed`` (``order="shuffled"``)
     or in the source order (``order="source"``); see packer/pack_order.py.
     ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``.
-    ``dedup`` ("exact" or "near", within ``near_distance`` bits) skips duplicates (packer/dedup.py)."""
+    ``dedup`` ("exact" or "near", within ``near_distance`` bits) skips duplicates (packer/dedup.py).
+    ``base``: (root, manifest) of a dataset the samples are appended to (packer/append.py)."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
@@ -234,6 +236,8 @@ def pack_folder(
         check_remote_format(fmt, str(out))
     scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
     writer = writer.with_fields(scan.fields, scan.classes)
+    if base is not None:
+        writer = writer.extending(base[0], base[1].num_samples, len(base[1].shards))
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = PackJob(scan, fmt, writer.spec, options, workers, engine, on_error, resume, quiet, ray_address,
@@ -343,6 +347,8 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     with _writing(work, "dataset"):
         hashes = write_sidecar(work, results)  # before the finish: a remote one uploads it
         shards, extra = sink.finish(writer, results, scan.classes)
+    # An append's own manifest numbers its shards from 0 (packer/append.py shifts them back).
+    shards = [replace(s, first=s.first - writer.index_base) for s in shards]
     skipped = scan.skipped + sorted((s for r in results for s in r.skipped), key=lambda s: s["path"])
     if not shards or sum(s.count for s in shards) == 0:
         first = f"{skipped[0]['path']}: {skipped[0]['reason']}" if skipped else "-"

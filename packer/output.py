@@ -130,7 +130,7 @@ class LocalOutput:
 
 def remove_part_files(writer: FormatWriter, part: int) -> None:
     """Delete the files of ``part`` below ``writer.out`` (what a part left, whole or not)."""
-    for path in writer.part_files(part):
+    for path in writer.part_files(part + writer.part_base):
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 

@@ -87,7 +87,7 @@ def write_part(
     The samples kept are numbered ``first``, ``first + 1``, ... (their dataset indices, with no
     gap where a file was skipped); ``extra`` records ``first``, the part positions skipped, and
     where the part's files start in the pack order (``start``) and how many it took."""
-    part_writer = writer.open_part(part)
+    part_writer = writer.open_part(part + writer.part_base)
     part_writer.fields = writer.fields  # the schema of the fields its samples carry
     part_writer.classes = writer.classes
     skipped: list[dict[str, str]] = []
@@ -106,7 +106,7 @@ def write_part(
                 skipped.append({"path": rel, "reason": reason})
                 skipped_at.append(position)
             else:
-                result.dataset_index = first + position - len(skipped_at)
+                result.dataset_index = writer.index_base + first + position - len(skipped_at)
                 part_writer.add(result)  # boxes already refitted (preprocess_chunk)
                 sizes.add(result)
                 hashes.add(result)

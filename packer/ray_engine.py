@@ -87,9 +87,9 @@ def _pack_part(
 
 def _commit(staged: FormatWriter, final: FormatWriter, part: int) -> None:
     """Move a finished part's files from the run's staging folder into the output."""
-    for old in final.part_files(part):  # what an earlier, interrupted attempt left
+    for old in final.part_files(part + final.part_base):  # what an earlier, interrupted attempt left
         shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
-    for source in staged.part_files(part):
+    for source in staged.part_files(part + staged.part_base):
         target = final.out / source.relative_to(staged.out)
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_dir():

@@ -218,7 +218,7 @@ class RemoteOutput:
     @staticmethod
     def part_local_files(writer: FormatWriter, part: int) -> list[Path]:
         files: list[Path] = []
-        for path in writer.part_files(part):
+        for path in writer.part_files(part + writer.part_base):
             files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         return files
 

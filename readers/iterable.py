@@ -19,6 +19,7 @@ from readers.formats import open_reader
 from readers.quality import warn_if_poorly_mixed
 from readers.record import Record
 from readers.record_stream import RecordStream
+from readers.resume import DATASET_VERSION
 from readers.spec import ReadSpec
 
 
@@ -65,7 +66,10 @@ class PackedIterable(RecordStream):
         return list(self.reader.manifest.classes)
 
     def identity(self) -> dict[str, Any]:
-        return {"dataset": self.reader.manifest.sample_identity(), **bucket_identity(self.spec, self.order)}
+        manifest = self.reader.manifest
+        version = int(manifest.extra.get("version", 1))  # appends (packer/append.py) count it up
+        identity = {"dataset": manifest.sample_identity(), DATASET_VERSION: version}
+        return {**identity, **bucket_identity(self.spec, self.order)}
 
     def where(self) -> str:
         return str(self.path)

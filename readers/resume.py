@@ -40,6 +40,7 @@ WORKER_FIELDS = ("worker", "num_workers", "worker_samples")
 # Which samples the dataset holds at which indices (``Manifest.sample_identity``; a mix: one per
 # dataset). States saved before imgpack wrote them lack them and still load.
 DATASET_FIELDS = ("dataset", "datasets")
+DATASET_VERSION = "dataset_version"  # the manifest version the state was saved on (appends)
 
 
 class ResumeError(ImgpackError, ValueError):
@@ -208,6 +209,7 @@ def check_state(
         raise ResumeError(f"resume state field 'shuffle' must be true or false, got {state['shuffle']!r}")
     if state["imgpack_state"] != STATE_VERSION:
         raise ResumeError(f"resume state version {state['imgpack_state']} is not {STATE_VERSION}")
+    _check_version(state, identity or {}, where)
     mine = order_identity(order)
     for key in ORDER_FIELDS:
         if state[key] != mine[key]:
@@ -218,6 +220,8 @@ def check_state(
     for key, value in (identity or {}).items():
         if key in DATASET_FIELDS:
             _check_dataset(state, key, value, where)
+        elif key == DATASET_VERSION:
+            continue  # _check_version
         elif state.get(key) != value or type(state.get(key)) is not type(value):
             raise ResumeError(
                 f"cannot resume: the state has {key}={state.get(key)!r} but this stream has {value!r}"
@@ -246,6 +250,19 @@ def check_state(
     offset = _integer(state, "offset", 0, order.unit - 1)
     worker_progress = _worker_progress(state, order, position, offset) if progress else None
     return ResumePoint(epoch, position, offset, worker_progress)
+
+
+def _check_version(state: dict[str, Any], identity: dict[str, Any], where: str) -> None:
+    """A state names the dataset version it was saved on (none: saved before imgpack wrote it).
+    An append changes the sample count, so every epoch's order: resuming across it is not exact."""
+    saved, mine = state.get(DATASET_VERSION), identity.get(DATASET_VERSION)
+    if saved is None or mine is None or saved == mine:
+        return
+    raise ResumeError(
+        f"cannot resume: the state was saved on version {saved} of the dataset but {where or 'this stream'} "
+        f"is version {mine} (an append added samples, which changes the order of every epoch); load the "
+        "state into the version it was saved on, or start the next epoch afresh without it"
+    )
 
 
 def _check_dataset(state: dict[str, Any], key: str, mine: Any, where: str) -> None:

@@ -97,6 +97,11 @@ class FormatWriter:
     stores_indices: ClassVar[bool] = False
     fields: dict[str, str] = {}  # noqa: RUF012  # the schema of the fields it stores (with_fields)
     classes: list[str] = []  # noqa: RUF012  # the class names its labels index (with_fields)
+    # Appending (packer/append.py): the new samples' first dataset index and first part/shard
+    # number, so their files and stored indices follow the dataset's; 0 for a fresh pack.
+    index_base: int = 0
+    part_base: int = 0
+    base_root: Path | None = None  # the dataset appended to (its files are read, never written)
 
     def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
         self.out = Path(out)
@@ -162,6 +167,13 @@ class FormatWriter:
         moved.classes = list(classes if classes is not None else self.classes)
         return moved
 
+    def extending(self, root: Path, samples: int, shards: int) -> FormatWriter:
+        """This writer adding to the dataset at ``root`` (``samples`` samples in ``shards``
+        shards): its samples and part files are numbered after the dataset's (packer/append.py)."""
+        moved = copy.copy(self)
+        moved.base_root, moved.index_base, moved.part_base = Path(root), samples, shards
+        return moved
+
     def at(self, out: Path) -> FormatWriter:
         """This writer (its options checked, its spec pinned) writing below ``out`` instead."""
         moved = copy.copy(self)
@@ -193,7 +205,7 @@ class FormatWriter:
     def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict[str, Any]]:
         """Final shard list (global ``first``) and format-specific manifest ``extra``."""
         shards: list[Shard] = []
-        first = 0
+        first = self.index_base
         for result in results:
             for shard in result.shards:
                 shards.append(Shard(shard.file, first, shard.count, shard.bytes, shard.sha256))

@@ -160,10 +160,10 @@ class RollingWriter(FormatWriter):
     def place_shards(self, results: list[PartResult]) -> list[Shard]:
         """Rename the parts' files (and indexes) to the shard names, in order; the final shards."""
         shards: list[Shard] = []
-        first = 0
+        first = self.index_base
         for result in results:
             for shard in result.shards:
-                name = self.shard_name(len(shards))
+                name = self.shard_name(self.part_base + len(shards))
                 for src, dst in ((shard.file, name), (index_path(Path(shard.file)), index_path(Path(name)))):
                     self.move(src, dst)
                 shards.append(Shard(name, first, shard.count, shard.bytes, shard.sha256))

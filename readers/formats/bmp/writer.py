@@ -153,8 +153,12 @@ class BmpWriter(FormatWriter):
     def finish(self, results: list[PartResult], classes: list[str]) -> tuple[list[Shard], dict[str, Any]]:
         placed, extra = super().finish(results, classes)
         names = Names()
+        base = self.base_root
+        for position in range(self.part_base if base is not None else 0):  # appending: names taken
+            for row in read_index(Path(str(base)) / index_name(position))[1]:
+                names.claim(row[7], row[0])
         shards = []
-        for position, shard in enumerate(placed):
+        for position, shard in enumerate(placed, self.part_base):
             final = self.out / index_name(position)
             staged = self.out / shard.file
             if staged.exists():
