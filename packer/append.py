@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from packer.append_place import LocalPlace, Place, RemotePlace
+from packer.dedup import Known
 from packer.engine import PackReport, pack_folder
-from packer.output import OutputLock
+from packer.output import OutputLock, versioned
 from packer.preprocess import PreprocessSpec
 from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import merge_sizes
@@ -132,9 +133,12 @@ def append_to(
     quiet: bool = True,
     ray_address: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    dedup: str | None = None,
+    near_distance: int | None = None,
 ) -> AppendReport:
     """Append the scanned source ``scan`` to the dataset at ``dataset`` (version N -> N + 1): a
-    folder or a URL (``s3://...``, opened with ``storage_options``)."""
+    folder or a URL (``s3://...``, opened with ``storage_options``). ``dedup`` (packer/dedup.py)
+    skips new samples that repeat one of the dataset's or an earlier new one."""
     started = time.perf_counter()
     place: Place = RemotePlace(dataset, storage_options) if is_url(dataset) else LocalPlace(Path(dataset))
     manifest = read_manifest(dataset, storage_options)
@@ -150,14 +154,16 @@ def append_to(
     order = manifest.extra.get("order", {"kind": "shuffled", "seed": 0})
     # One append at a time: locally the dataset folder is locked; remotely, the staging pack's own lock.
     lock = OutputLock(place.root) if isinstance(place, LocalPlace) else None
+    known = Known.of(str(dataset), storage_options) if dedup else None  # --dedup: against the dataset too
     try:
         report = None
         if not (staging / MANIFEST_NAME).exists():
             report = pack_folder(scan, staging, manifest.format, spec, workers=workers, engine=engine,
                                  options=options, on_error=on_error, order=order["kind"],
                                  seed=int(order["seed"]), resume=resume and staging.exists(), quiet=quiet,
-                                 ray_address=ray_address,
-                                 base=(Path(str(dataset)), manifest))  # fmt: skip
+                                 ray_address=ray_address, dedup=dedup, near_distance=near_distance,
+                                 base=(Path(str(dataset)), manifest),
+                                 known=known)  # fmt: skip
         added = read_manifest(staging)
         if _committed(manifest, added):  # killed after its manifest was written: only tidy up
             merged = manifest
@@ -184,13 +190,6 @@ def _committed(manifest: Manifest, added: Manifest) -> bool:
 def sidecar_keys(extra: dict[str, Any]) -> list[str]:
     """The ``extra`` keys naming a per-sample sidecar file (an entry with file, bytes, sha256)."""
     return sorted(k for k, v in extra.items() if isinstance(v, dict) and all(f in v for f in SIDECAR_FIELDS))
-
-
-def versioned(name: str, version: int) -> str:
-    """``labels.i64`` -> ``labels~v2.i64``: a sidecar of version 2, beside version 1's."""
-    stem, dot, suffix = name.partition(".")
-    base = stem.split("~v")[0]
-    return f"{base}~v{version}{dot}{suffix}"
 
 
 def merged_manifest(place: Place, old: Manifest, new: Manifest) -> Manifest:

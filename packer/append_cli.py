@@ -75,6 +75,8 @@ def run_append(
         ray_address=params["ray_address"],
         on_error=params["on_error"],
         storage_options=storage_options,
+        dedup=params.get("dedup"),
+        near_distance=params.get("near_distance"),
     )
     if params["as_json"]:
         emit_json({k: v for k, v in vars(report).items() if k != "pack"})

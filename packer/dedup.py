@@ -14,20 +14,46 @@ part (so with Ray, ``--dedup`` preprocesses every image twice).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import click
+import numpy as np
 
 from packer.formats import PartResult
 from packer.part_hashes import part_records
 from packer.parts import SKIPPED_AT_KEY, SOURCE_START_KEY, Failure
 from packer.preprocess import PackedSample
-from readers.errors import OptionError
+from readers.errors import ImgpackError, OptionError
 from readers.near_index import IncrementalIndex
 
 DEDUP_MODES = ("exact", "near")
 DEFAULT_NEAR_DISTANCE = 12  # bits of 64: recall 0.96, no false pair on the planted set (docs/dedup.md)
 Result = PackedSample | Failure
+
+
+@dataclass(frozen=True)
+class Known:
+    """The samples of the dataset an append adds to (``--append --dedup``): its hash records
+    (readers/sample_hashes.py) and source paths, by index; new samples are compared with them."""
+
+    records: np.ndarray
+    rels: list[str]
+    dataset: str
+
+    @classmethod
+    def of(cls, dataset: str, storage_options: dict[str, Any] | None = None) -> Known:
+        from packer.overlap import load_hashes
+        from readers.sample_sources import source_paths
+
+        records = load_hashes(dataset, storage_options, progress=False).records
+        try:
+            rels = source_paths(dataset, storage_options)
+        except ImgpackError:  # a dataset without a source-path list: name the sample
+            rels = []
+        if len(rels) != len(records):
+            rels = [f"sample {i}" for i in range(len(records))]
+        return cls(records, [f"{rel} (in {dataset})" for rel in rels], str(dataset))
 
 
 def dedup_record(mode: str | None, distance: int | None) -> dict[str, Any] | None:
@@ -80,6 +106,12 @@ class Deduper:
         self.keep(result.phash, result.digest, result.rel)
         return result
 
+    def seed_known(self, known: Known | None) -> None:
+        """Learn the samples already in the dataset appended to, before any new one."""
+        if known is not None:
+            for record, rel in zip(known.records, known.rels):
+                self.keep(int(record["phash"]), bytes(record["digest"]), rel)
+
     def seed(self, results: Iterable[PartResult], rel_at: Callable[[int], str]) -> None:
         """Learn the kept samples of parts written before (a resumed pack), in pack order;
         ``rel_at``: the relative path at a pack-order position."""
@@ -94,12 +126,16 @@ class Deduper:
                 self.keep(int(record["phash"]), bytes(record["digest"]), rel_at(start + position))
 
 
-def deduper_for(record: dict[str, Any] | None, before: list[PartResult], items: Any) -> Deduper | None:
-    """The --dedup filter of a stream (None without --dedup), knowing the samples kept by the
-    parts written ``before`` (``items``: the source items in pack order)."""
+def deduper_for(
+    record: dict[str, Any] | None, before: list[PartResult], items: Any, known: Known | None = None
+) -> Deduper | None:
+    """The --dedup filter of a stream (None without --dedup), knowing the samples of the dataset
+    appended to (``known``) and those kept by the parts written ``before`` (``items``: the source
+    items in pack order)."""
     if record is None:
         return None
     deduper = Deduper(record)
+    deduper.seed_known(known)
     deduper.seed(before, lambda position: items[position].rel)
     return deduper
 
@@ -116,11 +152,14 @@ def deduped(stream: Iterator[Result], deduper: Deduper | None) -> Generator[Resu
 
 
 def skips_of(
-    hashed: Iterable[tuple[int, str, int, bytes] | Failure], record: dict[str, Any]
+    hashed: Iterable[tuple[int, str, int, bytes] | Failure],
+    record: dict[str, Any],
+    known: Known | None = None,
 ) -> dict[int, str]:
     """{source index: reason} of the duplicates among ``hashed`` ((source index, rel, phash,
     digest) in pack order, or a failure), as the in-order stream would find them."""
     deduper = Deduper(record)
+    deduper.seed_known(known)
     out = {}
     for item in hashed:
         if len(item) == 3:

@@ -154,7 +154,7 @@ def _run_local(job: PackJob, run: PartsRun, items: Any) -> None:
     stream = preprocessed(todo_items, job.spec, job.workers, job.storage_options, writer.fields)
     begin = min(run.starts.values(), default=0)
     before = [r for r in run.done.values() if r.extra.get(SOURCE_START_KEY, 0) < begin]
-    stream = deduped(stream, deduper_for(job.dedup, before, items))
+    stream = deduped(stream, deduper_for(job.dedup, before, items, job.known))
     with contextlib.closing(stream):
         for p, items in run.parts:
             results = (next(stream) for _ in range(len(items)))
@@ -172,7 +172,8 @@ def _run_local_kept(job: PackJob, run: PartsRun, items: Any, plan: Plan, per_par
     for p in range(part, max((c.part for c in plan.cuts), default=0) + 1):
         remove_part_files(writer, p)  # what a killed attempt left
     stream = preprocessed(items[start:], job.spec, job.workers, job.storage_options, writer.fields)
-    stream = deduped(stream, deduper_for(job.dedup, [run.done[p] for p in run.done if p < part], items))
+    before = [run.done[p] for p in run.done if p < part]
+    stream = deduped(stream, deduper_for(job.dedup, before, items, job.known))
     with contextlib.closing(stream):
         results = Lookahead(stream)
         while results.more():
@@ -203,6 +204,7 @@ def pack_folder(
     dedup: str | None = None,
     near_distance: int | None = None,
     base: tuple[Path, Manifest] | None = None,
+    known: Any = None,
 ) -> PackReport:
     """Pack the image folder ``src`` (or an already scanned source) into ``out`` in format ``fmt``.
 
@@ -210,7 +212,8 @@ def pack_folder(
     or in the source order (``order="source"``); see packer/pack_order.py.
     ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``.
     ``dedup`` ("exact" or "near", within ``near_distance`` bits) skips duplicates (packer/dedup.py).
-    ``base``: (root, manifest) of a dataset the samples are appended to (packer/append.py)."""
+    ``base``: (root, manifest) of a dataset the samples are appended to (packer/append.py), and
+    ``known`` its samples that ``dedup`` compares the new ones with (packer.dedup.Known)."""
     started = time.perf_counter()
     spec = spec or PreprocessSpec()
     options = {k: v for k, v in (options or {}).items() if v is not None}
@@ -241,7 +244,7 @@ def pack_folder(
     sink, work, lock = _open(scan, out, force, resume, storage_options)
     try:
         job = PackJob(scan, fmt, writer.spec, options, workers, engine, on_error, resume, quiet, ray_address,
-                      storage_options, started, order_record(order, seed), deduping)  # fmt: skip
+                      storage_options, started, order_record(order, seed), deduping, known)  # fmt: skip
         return _pack_into(job, writer.at(work), sink)
     finally:
         lock.release()

@@ -29,6 +29,7 @@ class PackJob:
     started: float = 0.0  # time.perf_counter() when the pack began
     order: dict[str, Any] = field(default_factory=lambda: {"kind": "source", "seed": None})  # pack_order
     dedup: dict[str, Any] | None = None  # packer/dedup.py's record of --dedup, None: keep every copy
+    known: Any = None  # packer.dedup.Known: with --dedup, the samples of the dataset appended to
 
 
 @dataclass

@@ -46,6 +46,20 @@ STAGING_FOLDERS = (".staging", ".ray-staging")  # parts in the making (BMP parts
 # An atomic write in progress (readers.manifest.write_atomic, the BMP index): ``.<name>[.<pid>].tmp``.
 TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(\d+\.)?tmp")
 SEALED = (MANIFEST_NAME, PROGRESS_NAME.lstrip("."))  # imgpack's own files that are written atomically
+# A per-sample sidecar of dataset version N (packer/append.py): ``labels.i64`` -> ``labels~v2.i64``.
+VERSIONED = re.compile(r"(?P<stem>[^.~/]+)~v(?P<version>[1-9]\d*)(?P<suffix>\..*)?")
+
+
+def versioned(name: str, version: int) -> str:
+    """The name of sidecar ``name`` (of any version) for dataset version ``version``."""
+    stem, dot, suffix = unversioned(name).partition(".")
+    return f"{stem}~v{version}{dot}{suffix}"
+
+
+def unversioned(name: str) -> str:
+    """``labels~v2.i64`` -> ``labels.i64``; other names unchanged."""
+    match = VERSIONED.fullmatch(name)
+    return f"{match['stem']}{match['suffix'] or ''}" if match else name
 
 
 class Output(Protocol):
@@ -220,6 +234,8 @@ def owned_file(name: str) -> bool:
     path list, or a temporary of one of them or of the manifest or progress file."""
     if name in (WRITE_TEST, SOURCE_PATHS_NAME) or is_hashes_name(name):
         return True
+    if unversioned(name) != name:  # an appended dataset's sidecar: ours when its first version is
+        return owned_file(unversioned(name))
     temporary = TEMPORARY.fullmatch(name)
     if temporary and (temporary["name"] in SEALED or owned_file(temporary["name"])):
         return True

@@ -214,7 +214,7 @@ def dedup_skips(job: PackJob) -> dict[int, str]:
     step = BLOCK * 8
     chunks = [list(items[a : a + step]) for a in range(0, len(items), step)]
     refs = [task.remote(chunk, job.spec, job.storage_options) for chunk in chunks]
-    return skips_of((h for ref in refs for h in ray.get(ref)), job.dedup or {})
+    return skips_of((h for ref in refs for h in ray.get(ref)), job.dedup or {}, job.known)
 
 
 def _task_message(text: str) -> str:

@@ -29,6 +29,7 @@ from readers.formats import open_reader
 from readers.formats.registry import format_names, formats_storing_fields
 from readers.formats.tar.reader import sample_key, split_member
 from readers.manifest import MANIFEST_NAME, read_manifest
+from readers.sample_hashes import hashes_of
 from readers.sample_sources import SOURCE_PATHS_NAME
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import numbered_and_not
@@ -119,6 +120,31 @@ def test_append_reads_as_the_union_and_leaves_version_1_alone(fmt, sources, tmp_
     got, want = content(ds), content(fresh)
     assert got == want
     assert {k: got[k] for k in old_content} == old_content
+    hashes = hashes_of(ds)  # the hash sidecar grew with the samples, old records first
+    assert hashes is not None and len(hashes) == 24
+    assert sorted(hashes["digest"].tolist()) == sorted(hashes_of(fresh)["digest"].tolist())
+
+    pack_folder(sources["old"], ds, fmt, SPEC, workers=1, force=True)  # an appended dataset is ours
+    assert not [p.name for p in ds.rglob("*~v*")]  # version 2's sidecars went with it
+    assert read_manifest(ds).num_samples == 12
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_append_with_dedup_skips_copies_of_the_datasets_samples(sources, tmp_path, workers):
+    ds, new = tmp_path / "ds", tmp_path / "new"
+    pack_folder(sources["old"], ds, "tar", SPEC, workers=1)
+    shutil.copytree(sources["new"], new)
+    copied = new / "d" / "copy-of-b0.png"
+    shutil.copy(sources["old"] / "b" / "0.png", copied)  # exact: the same stored bytes
+    Image.open(sources["old"] / "d" / "1.png").resize((32, 24)).save(new / "a" / "bigger-d1.png")  # near
+
+    report = append_to(ds, scan_folder(new), workers=workers, dedup="near")
+
+    assert report.added == 12
+    reasons = {s["path"]: s["reason"] for s in read_manifest(ds).skipped}
+    assert reasons["d/copy-of-b0.png"].startswith(f"exact duplicate of b/0.png (in {ds})")
+    assert reasons["a/bigger-d1.png"].startswith(f"near duplicate of d/1.png (in {ds}), distance")
+    assert len(hashes_of(ds)) == 24
 
 
 def test_a_second_append_and_the_cli(sources, tmp_path):
