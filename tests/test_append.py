@@ -330,3 +330,25 @@ def test_an_append_killed_after_its_manifest_resumes_to_the_same_version(sources
     report = append_to(ds, scan_folder(sources["new"]), workers=1, resume=True)
     assert (report.version, report.new_classes) == (2, ["a"])
     assert (ds / MANIFEST_NAME).read_bytes() == written and not (ds / STAGING).exists()
+
+
+def test_views_and_splits_of_a_dataset_read_on_across_its_append(sources, tmp_path):
+    from packer.views import split_views, write_view
+
+    ds = tmp_path / "ds"
+    pack_folder(sources["old"], ds, "tar", SPEC, workers=1)
+    write_view(ds, tmp_path / "view", [1, 4, 7])
+    split_views(ds, tmp_path / "before", val=0.3, seed=0)
+    first = content(tmp_path / "view")
+
+    append_to(ds, scan_folder(sources["new"]), workers=1)
+
+    assert content(tmp_path / "view") == first  # old indices keep their samples
+    split_views(ds, tmp_path / "after", val=0.3, seed=0)
+    sides = {}
+    for when in ("before", "after"):
+        sides[when] = {side: set(source_paths(tmp_path / when / side)) for side in ("train", "val")}
+    old = sides["before"]["train"] | sides["before"]["val"]
+    assert sides["before"]["val"] and len(old) == 12
+    for side in ("train", "val"):  # an old sample stays on its side; new ones join either
+        assert sides["after"][side] & old == sides["before"][side]
