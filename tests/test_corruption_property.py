@@ -111,7 +111,9 @@ def judge(answer: dict, baseline: dict) -> str:
         return "failure"
     flagged = bool(answer["verify"])
     raised = "error" in answer["read"]
-    if flagged and raised:
+    # Flagged by verify and refused on read, or flagged while the read is untouched (a sidecar the
+    # read does not use, e.g. the hash file): both are caught, nothing wrong is read.
+    if flagged and (raised or answer["read"] == baseline["read"]):
         return "detected"
     if not flagged and not raised and answer["read"] == baseline["read"]:
         return "harmless"

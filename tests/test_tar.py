@@ -119,7 +119,7 @@ def test_output_is_identical_for_any_worker_count(tmp_path):
         out = tmp_path / f"w{workers}"
         pack_folder(SAMPLE_DATA, out, "tar", spec, workers=workers, options={"samples_per_shard": 16})
         trees.append(digest_tree(out))
-    assert trees[0] == trees[1] and len(trees[0]) == 8  # 3 shards + 3 indexes + labels.i64 + source-paths.nul
+    assert trees[0] == trees[1] and len(trees[0]) == 9  # 3 shards, 3 indexes, 3 sidecars
 
 
 @pytest.mark.ray
