@@ -7,8 +7,13 @@ leftover rule), built from the epoch's sample order (``readers.order.global_orde
    ``group x batch`` samples: ``group`` batches of that bucket in a row (default: the world size,
    so the ranks, dealt whole batches in rounds by ``readers.order``, read one bucket at each step);
 2. a bucket's last, short group is filled with the bucket's own first samples of the epoch
-   (``leftover="pad"``, the default: every sample at least once, each batch full) or left out
-   (``leftover="drop"``: every sample at most once; another set each epoch, as the order changes);
+   (``leftover="pad"``, the default: every sample at least once, each batch full), left out
+   (``leftover="drop"``: every sample at most once; another set each epoch, as the order changes)
+   or carried (``leftover="carry"``, ``carry_schedule``: each bucket's epochs form one stream, and
+   an epoch reads the groups that end among its own samples, so the short group's samples are
+   read first in that bucket's next epoch: nothing padded or dropped, every sample of each
+   epoch's order read exactly once, fewer than ``group x batch`` per bucket waiting at any time;
+   the epoch's length changes by up to a group per bucket, so ``len()`` does too);
 3. the groups of all buckets are interleaved so each bucket is spread over the epoch: group j
    of a bucket with k groups sits at (j + u) / k, u drawn per bucket and epoch (0.5 without
    shuffle), ties by bucket.
@@ -16,13 +21,14 @@ leftover rule), built from the epoch's sample order (``readers.order.global_orde
 The result is a permutation-with-padding of the samples whose ``batch``-aligned spans are
 batches, so ``BucketOrder`` is an ``OrderSpec`` of that length and every rank, worker and
 resume rule of readers/order.py and readers/resume.py applies unchanged: a position is a
-position in this schedule. A resume with another world size needs the same ``group`` (pass
-``group=`` when a run may change its world size: any world size dividing it works).
+position in this schedule (with ``carry``, of that epoch's schedule: ``OrderSpec.at_epoch``).
+A resume with another world size needs the same ``group`` (pass ``group=`` when a run may change
+its world size: any world size dividing it works).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -56,12 +62,19 @@ def bucket_schedule(
     base = global_order(
         n, seed=seed, epoch=epoch, shuffle=shuffle, block_size=block_size, buffer_size=buffer_size
     )
-    of_base = bucket_ids[base]
-    # each bucket's samples in the epoch's order (stable sort keeps that order inside a bucket)
-    by_bucket = base[np.argsort(of_base, kind="stable")]
-    counts = np.bincount(bucket_ids, minlength=num_buckets)
-    groups = bucket_groups(counts, group_size, leftover)
     shift = spread_shifts(seed, epoch, n, num_buckets, shuffle)
+    return grouped(base, bucket_ids[base], num_buckets, group_size, leftover, shift)
+
+
+def grouped(
+    items: np.ndarray, ids: np.ndarray, num_buckets: int, group_size: int, leftover: str, shift: np.ndarray
+) -> np.ndarray:
+    """``items`` (in the epoch's order, of buckets ``ids``) cut per bucket into groups of
+    ``group_size`` (the short last one padded or dropped), the groups spread by ``shift``."""
+    # each bucket's items in the epoch's order (stable sort keeps that order inside a bucket)
+    by_bucket = items[np.argsort(ids, kind="stable")]
+    counts = np.bincount(ids, minlength=num_buckets)
+    groups = bucket_groups(counts, group_size, leftover)
     pieces: list[np.ndarray] = []
     keys: list[np.ndarray] = []
     start = 0
@@ -96,12 +109,15 @@ class BucketOrder(OrderSpec):
     """An ``OrderSpec`` over the bucketed schedule: ``num_samples`` is the schedule's length.
 
     ``bucket_ids``: each sample's bucket; ``group``: batches of one bucket in a row; ``unit``
-    is the batch size (the schedule is rebuilt for the unit a loader sets)."""
+    is the batch size (the schedule is rebuilt for the unit a loader sets). ``length_epoch``: the
+    epoch ``num_samples`` counts, when the length changes by epoch (``leftover="carry"``): every
+    user of the length asks ``at_epoch(epoch)`` first (readers/stream.py, readers/resume.py)."""
 
     bucket_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), compare=False, repr=False)
     num_buckets: int = 1
     group: int = 1
     leftover: str = "pad"
+    length_epoch: int = 0
 
     def __post_init__(self) -> None:
         if self.group % self.world_size:
@@ -109,9 +125,7 @@ class BucketOrder(OrderSpec):
                 f"buckets group={self.group} is not a multiple of world_size={self.world_size}: each "
                 "step of every rank must read one bucket; pass group=<a multiple of the world size>"
             )
-        counts = self.counts
-        length = int(bucket_groups(counts, self.group_size, self.leftover).sum()) * self.group_size
-        object.__setattr__(self, "num_samples", length)
+        object.__setattr__(self, "num_samples", self.epoch_length(self.length_epoch))
 
     @property
     def dataset_size(self) -> int:
@@ -125,12 +139,33 @@ class BucketOrder(OrderSpec):
     def counts(self) -> np.ndarray:
         return np.bincount(self.bucket_ids, minlength=self.num_buckets)
 
+    def epoch_counts(self, epoch: int) -> np.ndarray:
+        """Samples of each bucket in ``epoch``'s order (a dataset's: the same every epoch)."""
+        return self.counts
+
+    def epoch_length(self, epoch: int) -> int:
+        """Positions of ``epoch``'s schedule, all ranks together."""
+        counts = self.epoch_counts(epoch)
+        if self.leftover == "carry":
+            return carry_length(counts, self.group_size, epoch)
+        return int(bucket_groups(counts, self.group_size, self.leftover).sum()) * self.group_size
+
+    @property
+    def varies(self) -> bool:
+        """Whether the schedule's length changes from epoch to epoch."""
+        return self.leftover == "carry"
+
+    def at_epoch(self, epoch: int) -> BucketOrder:
+        if not self.varies or epoch == self.length_epoch:
+            return self
+        return replace(self, length_epoch=int(epoch))
+
     def schedule(self, epoch: int) -> np.ndarray:
-        return bucket_schedule(
-            self.bucket_ids, self.num_buckets, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-            block_size=self.block_size, buffer_size=self.buffer_size, group_size=self.group_size,
-            leftover=self.leftover,
-        )  # fmt: skip
+        options = dict(seed=self.seed, epoch=epoch, shuffle=self.shuffle, block_size=self.block_size,
+                       buffer_size=self.buffer_size, group_size=self.group_size)  # fmt: skip
+        if self.leftover == "carry":
+            return carry_schedule(self.bucket_ids, self.num_buckets, **options)  # type: ignore[arg-type]
+        return bucket_schedule(self.bucket_ids, self.num_buckets, leftover=self.leftover, **options)  # type: ignore[arg-type]
 
     def epoch_order(self, epoch: int, start: int = 0) -> np.ndarray:
         schedule = self.schedule(epoch)
@@ -138,8 +173,8 @@ class BucketOrder(OrderSpec):
 
     @property
     def leftovers(self) -> int:
-        """Samples padded (``pad``: repeats) or dropped (``drop``) per epoch."""
-        return abs(self.num_samples - self.dataset_size)
+        """Samples padded (``pad``: repeats) or dropped (``drop``) per epoch; none with ``carry``."""
+        return 0 if self.leftover == "carry" else abs(self.num_samples - self.dataset_size)
 
 
 def carry_schedule(
@@ -162,8 +197,7 @@ def carry_schedule(
     later epoch (the next one unless the bucket holds fewer than ``group_size`` samples); after E
     epochs fewer than ``group_size`` samples per bucket are still waiting. The epoch's length
     varies by epoch (``carry_length``). A pure function of (seed, epoch, the buckets): it looks
-    back at most ``ceil(group_size / smallest bucket)`` epochs' orders. Not yet wired into the
-    readers: see the issue note."""
+    back at most ``ceil(group_size / smallest bucket)`` epochs' orders."""
     n = len(bucket_ids)
     counts = np.bincount(bucket_ids, minlength=num_buckets)
     members: dict[int, list[np.ndarray]] = {}

@@ -27,7 +27,7 @@ import numpy as np
 from readers.errors import OptionError
 from readers.geometry import Pair, Window, as_pair
 
-LEFTOVERS = ("pad", "drop")
+LEFTOVERS = ("pad", "drop", "carry")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +40,7 @@ class _Buckets:
 
     def _check_common(self) -> None:
         if self.leftover not in LEFTOVERS:
-            raise OptionError(f"buckets leftover={self.leftover!r}; use 'pad' or 'drop'")
+            raise OptionError(f"buckets leftover={self.leftover!r}; use 'pad', 'drop' or 'carry'")
         if self.group is not None and (
             not isinstance(self.group, int) or isinstance(self.group, bool) or self.group < 1
         ):

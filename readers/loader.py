@@ -84,10 +84,10 @@ class PackedLoader(StatefulDataLoader):
 
     def global_point(self) -> ResumePoint:
         """Where the epoch stands for the whole job (every rank is at the same step)."""
-        order = self.dataset.order
         if self._pass_start is None:
             return self.dataset._pending_resume() or self.dataset._start_point()
         start = self._pass_start
+        order = self.dataset.order.at_epoch(start.epoch)
         taken = min(self._chunks * order.unit, order.samples_from(start.position) - start.offset)
         return advance(order, start, taken)
 

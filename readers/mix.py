@@ -40,15 +40,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from readers.bucket_plan import bucket_identity, check_bucket_state, sample_sizes
 from readers.errors import CallError, OptionError
 from readers.formats import open_reader
-from readers.order import global_order, resolve_rank
+from readers.mix_order import MixSequence, mix_bucket_order
+from readers.order import resolve_rank
 from readers.quality import warn_if_mix_poorly_mixed
 from readers.record import Record
 from readers.record_stream import RecordStream
 from readers.spec import ReadSpec, combined_sizes
-
-MIX_TAG = 0x6D6978  # "mix": keeps the interleaving stream apart from the datasets' own orders
 
 
 def quotas(weights: Sequence[float], total: int) -> np.ndarray:
@@ -125,39 +125,25 @@ class MixedIterable(RecordStream):
         self.drop_last = spec.drop_last
         self.block_size = spec.block_size
         self.buffer_size = spec.buffer_size
+        counts = tuple(self.counts.tolist())
+        self.sequence = MixSequence(self.seed, tuple(self.sizes), counts, self.block_size, self.buffer_size,
+                                    spec.shuffle)  # fmt: skip
         # The mixed sequence is already shuffled (epoch_sequence): the order only deals it out.
         order = spec.order_of(self.epoch_size, shuffle=False)
+        if spec.buckets is not None:  # each position's bucket, from its sample's stored size
+            batch = spec.batch_size or spec.loader_batch_size or 1
+            stored_sizes = [sample_sizes(reader) for reader in self.readers]
+            order = mix_bucket_order(spec.buckets, stored_sizes, self.sequence, order, batch)
         self.setup(spec, order)
-        self._sequence: tuple[int, np.ndarray, np.ndarray] | None = None
         warn_if_mix_poorly_mixed(self)
 
     # -- the order ----------------------------------------------------------------------------
     def dataset_seed(self, i: int) -> int:
-        return int(np.random.SeedSequence([self.seed & 0xFFFFFFFF, i, MIX_TAG]).generate_state(1)[0])
+        return self.sequence.dataset_seed(i)
 
     def epoch_sequence(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """(dataset index, sample index) of every sample of ``epoch``, all ranks together."""
-        rng = np.random.default_rng(
-            [self.seed & 0xFFFFFFFF, int(epoch) & 0xFFFFFFFF, self.epoch_size, MIX_TAG]
-        )
-        source = rng.permutation(np.repeat(np.arange(len(self.readers)), self.counts))
-        index = np.empty(self.epoch_size, dtype=np.int64)
-        for i, (n, count) in enumerate(zip(self.sizes, self.counts.tolist())):
-            stream = np.arange(epoch * count, (epoch + 1) * count, dtype=np.int64)  # dataset i's stream
-            picks = np.empty(count, dtype=np.int64)
-            for k in np.unique(stream // n).tolist():  # each pass over dataset i has its own order
-                order = global_order(
-                    n,
-                    seed=self.dataset_seed(i),
-                    epoch=k,
-                    block_size=self.block_size,
-                    buffer_size=self.buffer_size,
-                    shuffle=self.spec.shuffle,
-                )
-                here = stream // n == k
-                picks[here] = order[stream[here] % n]
-            index[source == i] = picks
-        return source, index
+        return self.sequence(epoch)
 
     def rank_sequence(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """This rank's (dataset, sample) pairs for ``epoch``."""
@@ -170,7 +156,11 @@ class MixedIterable(RecordStream):
         identity["datasets"] = [r.manifest.sample_identity() for r in self.readers]
         if not self.spec.shuffle:  # only then: states saved before shuffle= existed stay valid
             identity["datasets_shuffled"] = False
-        return identity
+        return {**identity, **bucket_identity(self.spec, self.order)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_bucket_state(state, bucket_identity(self.spec, self.order), self.where())
+        super().load_state_dict(state)
 
     def split_labels(self, labels: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(dataset index, label within that dataset) of mixed ``labels`` (``labels="offset"``);
@@ -189,9 +179,7 @@ class MixedIterable(RecordStream):
     # -- reading ------------------------------------------------------------------------------
     def _pairs(self, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(dataset index, sample index) at mixed ``positions`` of ``epoch``."""
-        if self._sequence is None or self._sequence[0] != epoch:
-            self._sequence = (epoch, *self.epoch_sequence(epoch))
-        _, source, index = self._sequence
+        source, index = self.sequence(epoch)
         return source[positions], index[positions]
 
     def _read(self, epoch: int, positions: np.ndarray) -> list[Record]:

@@ -235,6 +235,11 @@ class OrderSpec:
     drop_last: bool = False
     unit: int = 1  # positions a rank takes per turn: its batch size, or 1
 
+    def at_epoch(self, epoch: int) -> OrderSpec:
+        """This order with ``num_samples`` counting ``epoch``: itself, unless the length changes by
+        epoch (a bucketed order with ``leftover="carry"`` or over a mix, readers/bucket_order.py)."""
+        return self
+
     def epoch_order(self, epoch: int, start: int = 0) -> np.ndarray:
         """This rank's sample indices for ``epoch``, from global position ``start`` on."""
         if self.num_samples == 0:

@@ -112,7 +112,7 @@ def make_state(
         "epoch": point.epoch,
         "position": point.position,
         "offset": point.offset,
-        **order_identity(order),
+        **order_identity(order.at_epoch(point.epoch)),
         **(identity or {}),
     }
     if point.worker_progress is not None:
@@ -122,6 +122,7 @@ def make_state(
 
 def advance(order: OrderSpec, start: ResumePoint, samples: int) -> ResumePoint:
     """The point reached after this rank took ``samples`` more samples from ``start``."""
+    order = order.at_epoch(start.epoch)
     left = order.samples_from(start.position) - start.offset
     if not 0 <= samples <= left:
         raise ResumeError(
@@ -210,6 +211,7 @@ def check_state(
     if state["imgpack_state"] != STATE_VERSION:
         raise ResumeError(f"resume state version {state['imgpack_state']} is not {STATE_VERSION}")
     _check_version(state, identity or {}, where)
+    order = order.at_epoch(_integer(state, "epoch", 0, MAX_EPOCH))  # a length of that epoch's
     mine = order_identity(order)
     for key in ORDER_FIELDS:
         if state[key] != mine[key]:

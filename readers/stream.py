@@ -105,9 +105,10 @@ class EpochStream(IterableDataset):
     def num_samples(self) -> int:
         """Samples this rank reads in the current epoch (what is left of it after a resume)."""
         resume = self._pending_resume()
+        order = self.order.at_epoch(self._next_epoch())
         if resume is None:
-            return self.order.samples_per_rank
-        return self.order.samples_from(resume.position) - resume.offset
+            return order.samples_per_rank
+        return order.samples_from(resume.position) - resume.offset
 
     def __len__(self) -> int:
         """Batches for this rank when ``batch_size`` is set, else samples (what is left after a resume)."""
