@@ -7,8 +7,8 @@ from typing import Any
 from readers.errors import OptionError
 
 
-def parse_buckets(text: str) -> Any:
-    """``SIDE[,MULTIPLE[,MAX_RATIO]]`` as ``AspectBuckets(area=SIDE**2, ...)``."""
+def parse_buckets(text: str, leftover: str = "pad") -> Any:
+    """``SIDE[,MULTIPLE[,MAX_RATIO]]`` as ``AspectBuckets(area=SIDE**2, ..., leftover=leftover)``."""
     from readers.buckets import AspectBuckets
 
     parts = [p.strip() for p in text.split(",")]
@@ -20,14 +20,16 @@ def parse_buckets(text: str) -> Any:
         raise OptionError(f"--buckets {text!r}; use SIDE[,MULTIPLE[,MAX_RATIO]], e.g. 512,64,4") from None
     if len(parts) > 3:
         raise OptionError(f"--buckets {text!r}; use SIDE[,MULTIPLE[,MAX_RATIO]], e.g. 512,64,4")
-    return AspectBuckets(area=side * side, multiple=multiple, max_ratio=max_ratio)
+    return AspectBuckets(area=side * side, multiple=multiple, max_ratio=max_ratio, leftover=leftover)
 
 
-def bucket_plan(dataset: str, text: str, batch_size: int, world_size: int) -> dict[str, Any]:
+def bucket_plan(
+    dataset: str, text: str, batch_size: int, world_size: int, leftover: str = "pad"
+) -> dict[str, Any]:
     from readers.bucket_plan import sample_sizes, summary
     from readers.formats import open_reader
 
-    buckets = parse_buckets(text)
+    buckets = parse_buckets(text, leftover)
     reader = open_reader(dataset)
     try:
         return summary(buckets, sample_sizes(reader), batch_size, world_size)
@@ -44,9 +46,16 @@ def describe_plan(plan: dict[str, Any]) -> list[str]:
         lines.append(f"  {h:>5}x{w:<5} {b['samples']:>8}  {bar}")
     lines.append(
         f"  pixels kept {100 * plan['kept']:.1f}% (square centre crop: {100 * plan['kept_square']:.1f}%); "
-        f"{plan['leftovers']} sample(s) {'padded' if plan['leftover'] == 'pad' else 'dropped'} per epoch"
+        f"{leftovers_text(plan)}"
     )
     return lines
+
+
+def leftovers_text(plan: dict[str, Any]) -> str:
+    """What the leftover rule does per epoch, in words."""
+    if plan["leftover"] == "carry":
+        return f"0 samples padded or dropped ({plan['carried']} carried from epoch 0 into epoch 1)"
+    return f"{plan['leftovers']} sample(s) {'padded' if plan['leftover'] == 'pad' else 'dropped'} per epoch"
 
 
 def save_bucket_sheets(dataset: str, out: str, text: str, n: int = 16, cell: int = 128) -> list[str]:

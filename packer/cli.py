@@ -339,8 +339,10 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
               help="Also print the bucket plan of AspectBuckets(area=SIDE**2, multiple=..., max_ratio=...).")
 @click.option("--batch-size", default=64, show_default=True, help="Batch size of the --buckets plan.")
 @click.option("--world-size", default=1, show_default=True, help="Ranks of the --buckets plan.")
+@click.option("--leftover", type=click.Choice(["pad", "drop", "carry"]), default="pad", show_default=True,
+              help="The --buckets plan's rule for a bucket's short last group.")
 @storage_options_option
-def info(dataset: str, as_json: bool, buckets: str | None, batch_size: int, world_size: int,
+def info(dataset: str, as_json: bool, buckets: str | None, batch_size: int, world_size: int, leftover: str,
          storage_options: dict[str, Any]) -> None:  # fmt: skip
     """Describe the packed DATASET (a directory or URL)."""
     from packer.bucket_info import bucket_plan, describe_plan
@@ -351,7 +353,9 @@ def info(dataset: str, as_json: bool, buckets: str | None, batch_size: int, worl
     manifest = read_manifest(dataset, storage_options or None)
     problem = None if is_url(dataset) else parts_problem(dataset)
     quality = None if problem else read_quality(dataset, storage_options=storage_options or None)
-    plan = bucket_plan(dataset, buckets, batch_size, world_size) if buckets and not problem else None
+    plan = None
+    if buckets and not problem:
+        plan = bucket_plan(dataset, buckets, batch_size, world_size, leftover)
     if as_json:
         emit_json({**asdict(manifest), "read_quality": quality.to_dict() if quality else None,
                    **({"buckets": plan} if plan else {})})  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from readers.bucket_order import BucketOrder, bucket_groups
+from readers.bucket_order import BucketOrder, bucket_groups, carry_length
 from readers.buckets import Buckets, kept_fraction, square_kept_fraction
 from readers.order import OrderSpec
 from readers.resume import ResumeError
@@ -45,11 +45,17 @@ def bucket_order(buckets: Buckets, sizes: np.ndarray, order: OrderSpec, batch: i
 def summary(buckets: Buckets, sizes: np.ndarray, batch: int, world_size: int = 1) -> dict[str, Any]:
     """The histogram a bucket option gives ``sizes`` and what it keeps: per bucket its size and
     samples, the mean fraction of each image's area kept (bucketed, and by a square centre crop),
-    and the samples padded or dropped per epoch with ``batch`` and ``world_size`` ranks."""
+    and the samples padded or dropped per epoch with ``batch`` and ``world_size`` ranks (with
+    ``leftover="carry"`` none: ``carried`` counts those epoch 0 leaves to epoch 1)."""
     ids = buckets.assign(sizes[:, 0], sizes[:, 1])
     counts = np.bincount(ids, minlength=len(buckets.sizes))
     group = (buckets.group or world_size) * batch
-    length = int(bucket_groups(counts, group, buckets.leftover).sum()) * group
+    if buckets.leftover == "carry":  # nothing padded or dropped: the short groups wait for epoch 1
+        length = len(sizes)
+        carried = len(sizes) - carry_length(counts, group, 0)
+    else:
+        length = int(bucket_groups(counts, group, buckets.leftover).sum()) * group
+        carried = 0
     pairs = [(int(h), int(w)) for h, w in sizes.tolist()]
     kept = [kept_fraction(s, buckets.sizes[b]) for s, b in zip(pairs, ids.tolist())]
     return {
@@ -60,6 +66,7 @@ def summary(buckets: Buckets, sizes: np.ndarray, batch: int, world_size: int = 1
         "kept_square": float(np.mean([square_kept_fraction(s) for s in pairs])) if pairs else 0.0,
         "leftover": buckets.leftover,
         "leftovers": abs(length - len(pairs)),
+        "carried": carried,
         "batch_size": batch,
         "world_size": world_size,
     }

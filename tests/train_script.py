@@ -2,7 +2,7 @@
 
     python tests/train_script.py DATASET OUT --mode batch|sample --workers 2 --persistent
         --epochs 2 --kill-at 5 11 [--world 2] [--resume-from rank0.pt] [--auto-epoch]
-        [--buckets AREA,MULTIPLE[,GROUP]]
+        [--buckets AREA,MULTIPLE[,GROUP[,LEFTOVER]]]
 
 Each step records the identity (sha1 of the pixels) of every sample it trained on; the checkpoint
 (model, optimiser, loader state, step, the record so far) is written atomically after the step.
@@ -43,9 +43,12 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
         )
     ckpt_path = Path(args.out) / f"rank{rank}.pt"
     batch_options: dict = {"batch_size": BATCH} if args.mode == "batch" else {}
-    if args.buckets:  # AREA,MULTIPLE[,GROUP]: a bucketed read (readers/buckets.py)
-        area, multiple, *group = (int(v) for v in args.buckets.split(","))
-        batch_options["buckets"] = AspectBuckets(area=area, multiple=multiple, group=(group or [None])[0])
+    if args.buckets:  # AREA,MULTIPLE[,GROUP[,LEFTOVER]]: a bucketed read (readers/buckets.py)
+        area, multiple, group, leftover = (args.buckets.split(",") + ["", ""])[:4]
+        batch_options["buckets"] = AspectBuckets(
+            area=int(area), multiple=int(multiple), group=int(group) if group else None,
+            leftover=leftover or "pad",
+        )
     it = open_iterable(args.dataset, seed=3, block_size=4, buffer_size=16, **batch_options)
     loader_options = {} if args.mode == "batch" else {"batch_size": BATCH}
     persistent = args.persistent and args.workers > 0
