@@ -184,3 +184,19 @@ def test_per_sample_path_follows_the_buckets(packs):
 def test_carry_is_refused_in_a_mix(packs):
     with pytest.raises(OptionError, match="open_iterable"):
         mixed(packs, buckets=AspectBuckets(area=32 * 32, multiple=8, leftover="carry"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["batch", "sample"])
+def test_kill_and_resume_trains_on_the_uninterrupted_batches(packs, tmp_path, mode):
+    """kill -9 mid-epoch, at epoch 1's first batch and right after a resume (tests/train_script.py)."""
+    from tests.test_resume import train
+
+    options = ("--mode", mode, "--buckets", "1024,8", "--mix-with", str(packs[1]))
+    (reference,) = train(packs[0], tmp_path / "ref", *options)
+    first_epoch = sum(1 for step in reference if step[0] == 0)
+    assert 0 < first_epoch < len(reference)
+    killed = ("--workers", "2", "--persistent")
+    kills = (3, first_epoch, first_epoch + 1)
+    (resumed,) = train(packs[0], tmp_path / "killed", *options, *killed, kill_at=kills)
+    assert resumed == reference

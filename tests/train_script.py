@@ -2,7 +2,7 @@
 
     python tests/train_script.py DATASET OUT --mode batch|sample --workers 2 --persistent
         --epochs 2 --kill-at 5 11 [--world 2] [--resume-from rank0.pt] [--auto-epoch]
-        [--buckets AREA,MULTIPLE[,GROUP[,LEFTOVER]]]
+        [--buckets AREA,MULTIPLE[,GROUP[,LEFTOVER]]] [--mix-with DATASET2]
 
 Each step records the identity (sha1 of the pixels) of every sample it trained on; the checkpoint
 (model, optimiser, loader state, step, the record so far) is written atomically after the step.
@@ -10,6 +10,7 @@ With ``--kill-at S`` the process SIGKILLs itself while holding batch S, before t
 checkpoint, if it did not start at or after S (so a resumed run goes past it). With ``--world N``
 the ranks form a real gloo group and every rank kills itself at the same step. With
 ``--auto-epoch`` the loop never calls ``set_epoch``: each pass over the loader is the next epoch.
+With ``--mix-with`` it reads ``mix([DATASET, DATASET2])`` (equal weights) instead.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from readers import AspectBuckets, make_loader, open_iterable  # noqa: E402
+from readers import AspectBuckets, make_loader, mix, open_iterable  # noqa: E402
 
 BATCH = 4
 
@@ -49,7 +50,11 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
             area=int(area), multiple=int(multiple), group=int(group) if group else None,
             leftover=leftover or "pad",
         )
-    it = open_iterable(args.dataset, seed=3, block_size=4, buffer_size=16, **batch_options)
+    options = dict(seed=3, block_size=4, buffer_size=16, **batch_options)
+    if args.mix_with:
+        it = mix([args.dataset, args.mix_with], **options)
+    else:
+        it = open_iterable(args.dataset, **options)
     loader_options = {} if args.mode == "batch" else {"batch_size": BATCH}
     persistent = args.persistent and args.workers > 0
     loader = make_loader(it, num_workers=args.workers, persistent_workers=persistent, **loader_options)
@@ -112,6 +117,7 @@ def main() -> None:
     parser.add_argument("--attempt", type=int, default=0)
     parser.add_argument("--auto-epoch", action="store_true")
     parser.add_argument("--buckets", default=None)
+    parser.add_argument("--mix-with", default=None)
     args = parser.parse_args()
     os.environ.pop("RANK", None)
     os.environ.pop("WORLD_SIZE", None)
