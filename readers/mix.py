@@ -29,6 +29,12 @@ epoch, position in the mixed epoch), so they do not depend on workers, ranks or 
 ``len()`` and resume (``state_dict``/``load_state_dict``, ``readers.make_loader``) are
 ``open_iterable``'s (``readers.stream``), with the datasets' sizes and quotas as part of what a
 state must match.
+
+``buckets=`` (readers/buckets.py) gives batches of one bucket each: every position of the mixed
+epoch takes the bucket of the sample it holds (from its stored size), and the mixed epoch is cut
+into groups of one bucket spread over it (readers/mix_order.py, ``MixBucketOrder``): still a
+function of (seed, epoch, datasets, weights), the same shape at each step on every rank, exact
+and elastic resume; ``leftover`` "pad" or "drop" ("carry" is ``open_iterable``'s).
 """
 
 from __future__ import annotations

@@ -7,12 +7,14 @@ Packs two sets into a scratch folder (kept between runs): ImageNet-like JPEGs
 9:16 JPEGs. Reads the first with ``buckets=AspectBuckets(area=side**2, multiple=32)`` and with
 ``resize=side, crop=side`` (same output area, same workers, batch 64), alternating, median of
 ``--rounds`` epochs each; prints the ratio, the mean fraction of each image kept by each read on
-both sets, and the samples padded per epoch for 1 and 8 ranks. Numbers vary with the machine's load.
+both sets, and the samples padded (the default rule), dropped or carried to the next epoch per
+epoch for 1 and 8 ranks. Numbers vary with the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -91,15 +93,22 @@ def main(argv: list[str] | None = None) -> None:
         reader = open_reader(path)
         sizes = sample_sizes(reader)
         reader.close()
+        plan = summary(buckets, sizes, BATCH)
+        kept, square = 100 * plan["kept"], 100 * plan["kept_square"]
+        print(f"pixels kept, {label}: bucketed {kept:.1f}%, square centre crop {square:.1f}%", end="")
+        print(f"; {len(plan['buckets'])} buckets")
         for world in (1, 8):
-            plan = summary(buckets, sizes, BATCH, world)
-            if world == 1:
-                kept, square = 100 * plan["kept"], 100 * plan["kept_square"]
-                used = len(plan["buckets"])
-                print(f"pixels kept, {label}: bucketed {kept:.1f}%, square centre crop {square:.1f}%", end="")
-                print(f"; {used} buckets")
-            left = plan["leftovers"]
-            print(f"  leftovers per epoch ({plan['leftover']}), {world} rank(s): {left} of {len(sizes)}")
+            rules = leftovers(buckets, sizes, world)
+            print(f"  leftovers per epoch, {world} rank(s), of {len(sizes)}: {rules}")
+
+
+def leftovers(buckets: AspectBuckets, sizes: np.ndarray, world: int) -> str:
+    """Samples each leftover rule pads, drops or carries per epoch (the default, ``pad``, first)."""
+    words = []
+    for rule, verb in (("pad", "padded"), ("drop", "dropped"), ("carry", "carried")):
+        plan = summary(dataclasses.replace(buckets, leftover=rule), sizes, BATCH, world)
+        words.append(f"{plan['carried'] if rule == 'carry' else plan['leftovers']} {verb} ({rule})")
+    return ", ".join(words)
 
 
 if __name__ == "__main__":
