@@ -158,3 +158,13 @@ def test_resume_mid_epoch_is_exact_and_says_what_open_iterable_says(packs):
     assert [labels.tolist() for _, labels in resumed] == full_next  # and the next epoch, whole
     with pytest.raises(ResumeError, match="buckets"):
         dali_loader(path, device="cpu", **{**options, "buckets": BUCKETS}).load_state_dict(state)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("encode", ["jpeg", "raw"])
+def test_gpu_pipeline_reads_the_cpu_pipelines_bucketed_batches(packs, encode):
+    options = dict(batch_size=BATCH, buckets=OFFSET, seed=7, flip=True)
+    gpu = batches(dali_loader(packs[encode], device="gpu", **options))
+    cpu = batches(dali_loader(packs[encode], device="cpu", **options))
+    assert_same(gpu, cpu, mad=2.5 if encode == "jpeg" else 0.5)  # nvJPEG's rounding: tests/test_dali_gpu.py
