@@ -106,7 +106,7 @@ class BatchFeed:
 
     def batches_in(self, epoch: int) -> int:
         """Batches this rank reads in ``epoch`` (fewer than ``len`` in a resumed epoch)."""
-        samples = self.order.samples_from(self.start(epoch))
+        samples = self.order.at_epoch(epoch).samples_from(self.start(epoch))  # carry: that epoch's length
         return num_chunks(samples, self.batch_size, self.last_batch == "drop")
 
     def positions(self, epoch: int) -> np.ndarray:

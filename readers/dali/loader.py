@@ -200,7 +200,7 @@ class DaliLoader:
     # -- resume (the rules of readers.resume) --------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch stands (batches handed out so far), to save with a checkpoint."""
-        order = self.feed.order
+        order = self.feed.order.at_epoch(self.epoch)
         start = ResumePoint(self.epoch, self.feed.start(self.epoch))
         taken = min(self._taken * self.feed.batch_size, order.samples_from(start.position))
         return make_state(advance(order, start, taken), order, self._identity())
