@@ -160,9 +160,9 @@ def append_with(
     compression = manifest.extra.get("hdf5", {}).get("compression")
     if compression and manifest.format == "hdf5":
         options.setdefault("compression", compression)
-    order = manifest.extra.get("order", {"kind": "shuffled", "seed": 0})
+    order = manifest.extra.get("order", {"kind": "shuffled", "seed": 0})  # --order source: seed None
     staged = dataclasses.replace(asked, source=scan, out=staging, preprocess=recorded, options=options,
-                                 order=order["kind"], seed=int(order["seed"]),
+                                 order=order["kind"], seed=int(order.get("seed") or 0),
                                  resume=asked.resume and staging.exists())  # fmt: skip
     # One append at a time: locally the dataset folder is locked; remotely, the staging pack's own lock.
     lock = OutputLock(place.root) if isinstance(place, LocalPlace) else None

@@ -43,7 +43,7 @@ class PackSpec:
     # The format's own pack options by keyword (shards, samples_per_shard, shard_size, ...);
     # None values are dropped, the rest parsed to their declared types ("512MB" -> 512000000).
     options: dict[str, Any] = field(default_factory=dict)
-    workers: int | None = None  # processes that preprocess (None: every CPU)
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # processes (None given: every CPU)
     engine: str = "local"
     ray_address: str | None = None  # --engine ray: the cluster (None: start a local one)
     on_error: str = "skip"  # skip: record bad files in the manifest; fail: stop at the first

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE_DATA
 
-from packer.engine import _fingerprint
+from packer.progress import fingerprint
 from packer.pack_order import order_record
 from packer.preprocess import PreprocessSpec
 from packer.source import IMAGE_EXTENSIONS, SourceItem, SourceScan, scan_folder
@@ -89,7 +89,7 @@ def test_fingerprint_is_unchanged(weird_tree: Path) -> None:
     head.update(json.dumps(["tar", spec.to_dict(), options, scan.classes, order], sort_keys=True).encode())
     for item in listed(weird_tree):
         head.update(item.rel.encode("utf-8", "surrogateescape") + b"\0")
-    assert _fingerprint(scan, "tar", spec, options, order) == head.hexdigest()
+    assert fingerprint(scan, "tar", spec, options, order) == head.hexdigest()
 
 
 def test_a_list_keeps_every_field(tmp_path: Path) -> None:
