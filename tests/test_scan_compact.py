@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE_DATA
 
-from packer.progress import fingerprint
 from packer.pack_order import order_record
 from packer.preprocess import PreprocessSpec
+from packer.progress import fingerprint
 from packer.source import IMAGE_EXTENSIONS, SourceItem, SourceScan, scan_folder
 from packer.source_items import SourceItems
 
