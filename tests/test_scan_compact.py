@@ -145,4 +145,4 @@ def test_a_list_of_a_subclass_is_kept_with_its_fields(tmp_path: Path) -> None:
     asked = ["tar", PreprocessSpec().to_dict(), {}, ["c"], order]
     expected.update(json.dumps(asked, sort_keys=True).encode())
     expected.update(b"c/0.jpg\0c/1.jpg\0c/2.jpg\0")
-    assert _fingerprint(scan, "tar", PreprocessSpec(), {}, order) == expected.hexdigest()
+    assert fingerprint(scan, "tar", PreprocessSpec(), {}, order) == expected.hexdigest()
