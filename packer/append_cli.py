@@ -11,6 +11,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from packer.cli_options import emit_json
 from packer.pack_cli import PREPROCESS, fail_on_a_bad_row, named_by, spec_keywords
 from packer.source_kind import Source
 from packer.spec import PackSpec
@@ -27,7 +28,6 @@ def run_append(ctx: click.Context, source: Source, own: dict[str, Any], given: d
     """Append what ``source`` scans from its parameters ``own`` to the dataset ``given["out"]``
     with the pack options ``given`` (the ones typed must agree with the dataset's)."""
     from packer.append import append_with
-    from packer.cli import emit_json
     from readers.manifest import read_manifest
 
     asked, out = typed(ctx), given["out"]

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import sys
 from dataclasses import asdict
 from typing import Any
 
 import click
 
-from packer.cli_options import storage_options_option
-from packer.pack_cli import source_command
+from packer.cli_options import emit_json, storage_options_option
+from packer.pack_cli import fail_on_a_bad_row, named_by, pack_params, spec_keywords
+from packer.source_kind import Source
 from packer.source_registry import registered_sources
+from packer.spec import PackSpec
 from readers.errors import ImgpackError
 from readers.formats.pack_option import parse_size
 
@@ -24,10 +26,6 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
-
-
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
 
 
 BUG_NOTICE = (
@@ -47,7 +45,7 @@ class ImgpackGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         source = registered_sources().get(name)
-        return source_command(source, report_pack) if source else super().get_command(ctx, name)
+        return source_command(source) if source else super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
@@ -68,6 +66,32 @@ class ImgpackGroup(click.Group):
         except Exception:
             click.echo(BUG_NOTICE, err=True)
             raise
+
+
+def source_command(source: Source) -> click.Command:
+    """The ``pack NAME`` command of ``source``: its own parameters, then every pack option
+    (packer/pack_cli.py), made into one ``PackSpec`` before the source is scanned."""
+    own = [p.name for p in source.params]
+
+    def run(**given: Any) -> None:
+        import signal
+
+        from packer import engine
+        from packer.append_cli import run_append
+
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
+        mine = {k: given.pop(k) for k in own}
+        if given["append"]:
+            return run_append(click.get_current_context(), source, mine, given)
+        if given["fmt"] is None:
+            raise click.UsageError("Missing option '--to' (the output format).")
+        asked = PackSpec(source=named_by(mine), format=given["fmt"], **spec_keywords(given))
+        with source.scan(**mine, storage_options=asked.storage_options) as scanned:
+            fail_on_a_bad_row(scanned, asked.on_error)
+            report_pack(engine.pack(dataclasses.replace(asked, source=scanned)), given)
+
+    params = [*source.params, *pack_params(source.resumable)]
+    return click.Command(source.name, callback=run, params=params, help=source.help)
 
 
 @click.group(cls=ImgpackGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -129,8 +153,12 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-@click.option("--buckets", default=None, metavar="SIDE[,MULTIPLE[,MAX_RATIO]]",
-              help="Also print the bucket plan of AspectBuckets(area=SIDE**2, multiple=..., max_ratio=...).")
+@click.option(
+    "--buckets",
+    default=None,
+    metavar="SIDE[,MULTIPLE[,MAX_RATIO]]",
+    help="Also print the bucket plan of AspectBuckets(area=SIDE**2, multiple=..., max_ratio=...).",
+)
 @click.option("--batch-size", default=64, show_default=True, help="Batch size of the --buckets plan.")
 @click.option("--world-size", default=1, show_default=True, help="Ranks of the --buckets plan.")
 @storage_options_option

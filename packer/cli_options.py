@@ -1,4 +1,4 @@
-"""Click options shared by several ``pack`` commands: remote storage and scratch folders."""
+"""What several ``pack`` commands share: remote storage options, scratch folders, JSON output."""
 
 from __future__ import annotations
 
@@ -69,3 +69,8 @@ def scratch_folder(workdir: str | None, prefix: str, purpose: str) -> Iterator[P
         )
     with tempfile.TemporaryDirectory(prefix=prefix, dir=workdir) as scratch:
         yield Path(scratch)
+
+
+def emit_json(data: Any) -> None:
+    """A command's ``--json`` summary on stdout."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))

@@ -1,6 +1,6 @@
-"""The ``pack SOURCE ...`` commands: one per registered source (packer/source_registry.py), each
-taking its own arguments and the same options of a pack, from which one ``PackSpec`` is built
-(packer/spec.py) before anything is scanned or written.
+"""The options of every ``pack SOURCE ...`` command (one per registered source, packer/cli.py
+makes them), and the one ``PackSpec`` (packer/spec.py) built from them before anything is
+scanned or written.
 
 The format flags (``--shard-size``, ``--compression``, ...) are made here from the formats'
 declared pack options (readers/formats/pack_option.py), so a format adding one adds a flag.
@@ -24,8 +24,7 @@ from packer.preprocess import (
     RESIZE_MODES,
     PreprocessSpec,
 )
-from packer.source_kind import Source
-from packer.spec import ENGINES, ON_ERRORS, PackSpec
+from packer.spec import ENGINES, ON_ERRORS
 from readers.errors import ImgpackError
 from readers.formats.pack_option import PackOption
 from readers.formats.registry import format_names, formats_taking, registered
@@ -203,30 +202,3 @@ def fail_on_a_bad_row(scan: Any, on_error: str) -> None:
     if scan.skipped and on_error == "fail":
         first = scan.skipped[0]
         raise ImgpackError(f"{first['path']}: {first['reason']} (--on-error fail stops at the first bad row)")
-
-
-def source_command(source: Source, report: Callable[[Any, dict[str, Any]], None]) -> click.Command:
-    """The ``pack NAME`` command of ``source``: its own parameters, then every pack option;
-    ``report(pack report, options)`` prints the summary."""
-    own = [p.name for p in source.params]
-
-    def run(**given: Any) -> None:
-        import signal
-
-        from packer import engine
-
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
-        mine = {k: given.pop(k) for k in own}
-        if given["append"]:
-            from packer.append_cli import run_append
-
-            return run_append(click.get_current_context(), source, mine, given)
-        if given["fmt"] is None:
-            raise click.UsageError("Missing option '--to' (the output format).")
-        asked = PackSpec(source=named_by(mine), format=given["fmt"], **spec_keywords(given))
-        with source.scan(**mine, storage_options=asked.storage_options) as scanned:
-            fail_on_a_bad_row(scanned, asked.on_error)
-            report(engine.pack(dataclasses.replace(asked, source=scanned)), given)
-
-    params = [*source.params, *pack_params(source.resumable)]
-    return click.Command(source.name, callback=run, params=params, help=source.help)
