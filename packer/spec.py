@@ -60,7 +60,9 @@ class PackSpec:
         set_ = object.__setattr__
         set_(self, "source", _checked_place(self.source, "the source"))
         set_(self, "out", _checked_place(self.out, "-o/--out"))
-        fmt = format_named(self.format, lambda known: OptionError(f"--to {self.format}: use one of {known}"))
+        fmt = format_named(
+            self.format, lambda known: OptionError(f"unknown format {self.format!r}; choose one of {known}")
+        )
         if isinstance(self.preprocess, dict):
             set_(self, "preprocess", PreprocessSpec(**self.preprocess))
         if not isinstance(self.preprocess, PreprocessSpec):

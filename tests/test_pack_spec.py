@@ -71,7 +71,7 @@ def test_the_spec_is_frozen_keyword_only_and_typed():
 
 # (what is wrong, PackSpec keywords besides source and out, the message that names it)
 API_MISTAKES = [
-    ("an unknown format", {"format": "nope"}, "--to nope: use one of"),
+    ("an unknown format", {"format": "nope"}, "unknown format 'nope'; choose one of"),
     ("an unknown engine", {"engine": "spark"}, "--engine spark: use one of local, ray"),
     ("no workers", {"workers": 0}, "--workers 0: give 1 or more"),
     ("an option no format takes", {"options": {"level": 3}}, "'level' is not a pack option of --to lmdb"),
