@@ -29,12 +29,13 @@ from typing import Any
 
 from packer.append_place import LocalPlace, Place, RemotePlace
 from packer.dedup import Known
-from packer.engine import PackReport, pack_folder
+from packer.engine import PackReport, pack
 from packer.output import OutputLock, versioned
 from packer.preprocess import PreprocessSpec
 from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import merge_sizes
 from packer.source import SourceScan
+from packer.spec import PackSpec
 from readers.checksums import sha256_of_bytes
 from readers.errors import ImgpackError, OptionError
 from readers.manifest import (
@@ -124,46 +125,52 @@ def append_to(
     dataset: str | os.PathLike,
     scan: SourceScan,
     spec: PreprocessSpec | dict[str, Any] | None = None,
-    *,
-    options: dict[str, Any] | None = None,
-    on_error: str = "skip",
-    workers: int | None = None,
-    engine: str = "local",
-    resume: bool = False,
-    quiet: bool = True,
-    ray_address: str | None = None,
-    storage_options: dict[str, Any] | None = None,
-    dedup: str | None = None,
-    near_distance: int | None = None,
+    **options: Any,
 ) -> AppendReport:
     """Append the scanned source ``scan`` to the dataset at ``dataset`` (version N -> N + 1): a
-    folder or a URL (``s3://...``, opened with ``storage_options``). ``dedup`` (packer/dedup.py)
-    skips new samples that repeat one of the dataset's or an earlier new one."""
-    started = time.perf_counter()
-    place: Place = RemotePlace(dataset, storage_options) if is_url(dataset) else LocalPlace(Path(dataset))
+    folder or a URL (``s3://...``, opened with ``storage_options``). ``spec``: preprocessing
+    options that must match the dataset's; ``options``: ``packer.spec.PackSpec``'s keywords for
+    the rest (``workers``, ``engine``, ``options``, ``resume``, ``dedup``, ...). ``dedup``
+    (packer/dedup.py) skips new samples that repeat one of the dataset's or an earlier new one."""
+    storage_options = options.get("storage_options")
     manifest = read_manifest(dataset, storage_options)
-    spec = check_spec(manifest, spec, place.name)
+    asked = PackSpec(source=scan, out=dataset, format=manifest.format, **options)
+    return append_with(asked, spec, manifest)
+
+
+def append_with(
+    asked: PackSpec, spec: PreprocessSpec | dict[str, Any] | None, manifest: Manifest | None = None
+) -> AppendReport:
+    """Append ``asked.source`` (scanned) to the dataset ``asked.out`` as ``asked`` says (its
+    preprocessing, order and format are the dataset's; ``spec``: options asked to match them)."""
+    started = time.perf_counter()
+    dataset, storage_options, scan = asked.out, asked.storage_options, asked.source
+    if not isinstance(scan, SourceScan):
+        raise OptionError(f"{dataset}: an append takes a scanned source (packer.source.SourceScan)")
+    place: Place = RemotePlace(dataset, storage_options) if is_url(dataset) else LocalPlace(Path(dataset))
+    manifest = manifest or read_manifest(dataset, storage_options)
+    if asked.format != manifest.format:
+        raise OptionError(f"{dataset}: is a {manifest.format} dataset, not --to {asked.format}; drop --to")
+    recorded = check_spec(manifest, spec, place.name)
     scan = relabelled(scan, manifest, place.name)
     staging = place.staging
-    if staging.exists() and not resume:
+    if staging.exists() and not asked.resume:
         raise ImgpackError(f"{place.name}: an interrupted append is there ({staging}); re-run with --resume")
-    options = dict(options or {})
+    options = dict(asked.options)
     compression = manifest.extra.get("hdf5", {}).get("compression")
     if compression and manifest.format == "hdf5":
         options.setdefault("compression", compression)
-    order = manifest.extra.get("order", {"kind": "shuffled", "seed": 0})
+    order = manifest.extra.get("order", {"kind": "shuffled", "seed": 0})  # --order source: seed None
+    staged = dataclasses.replace(asked, source=scan, out=staging, preprocess=recorded, options=options,
+                                 order=order["kind"], seed=int(order.get("seed") or 0),
+                                 resume=asked.resume and staging.exists())  # fmt: skip
     # One append at a time: locally the dataset folder is locked; remotely, the staging pack's own lock.
     lock = OutputLock(place.root) if isinstance(place, LocalPlace) else None
-    known = Known.of(str(dataset), storage_options) if dedup else None  # --dedup: against the dataset too
+    known = Known.of(str(dataset), storage_options) if asked.dedup else None  # against the dataset too
     try:
         report = None
         if not (staging / MANIFEST_NAME).exists():
-            report = pack_folder(scan, staging, manifest.format, spec, workers=workers, engine=engine,
-                                 options=options, on_error=on_error, order=order["kind"],
-                                 seed=int(order["seed"]), resume=resume and staging.exists(), quiet=quiet,
-                                 ray_address=ray_address, dedup=dedup, near_distance=near_distance,
-                                 base=(Path(str(dataset)), manifest),
-                                 known=known)  # fmt: skip
+            report = pack(staged, base=(Path(str(dataset)), manifest), known=known)
         added = read_manifest(staging)
         if _committed(manifest, added):  # killed after its manifest was written: only tidy up
             merged = manifest

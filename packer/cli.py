@@ -2,50 +2,22 @@
 
 from __future__ import annotations
 
-import json
-import re
+import dataclasses
 import sys
 from dataclasses import asdict
 from typing import Any
 
 import click
 
-from packer.cli_options import storage_options_option
-from packer.dedup import dedup_options
-from packer.preprocess import (
-    AUTO_RESAMPLE,
-    DEFAULT_MAX_PIXELS,
-    ENCODINGS,
-    RESAMPLERS,
-    RESIZE_MODES,
-    PreprocessSpec,
-)
+from packer.cli_options import emit_json, storage_options_option
+from packer.pack_cli import fail_on_a_bad_row, named_by, pack_params, spec_keywords
+from packer.source_kind import Source
+from packer.source_registry import registered_sources
+from packer.spec import PackSpec
 from readers.errors import ImgpackError
-from readers.formats.registry import format_names, formats_taking
-from readers.order import PACK_ORDERS
+from readers.formats.pack_option import parse_size
 
-SIZE_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
-
-
-def parse_size(text: str | None) -> int | None:
-    """'512MB' -> 512_000_000; '1GiB' -> 1_073_741_824; plain numbers are bytes."""
-    if text is None:
-        return None
-    match = re.fullmatch(r"\s*([\d.]+)\s*([A-Za-z]*)\s*", str(text))
-    if not match or match.group(2).upper() not in SIZE_UNITS:
-        raise click.BadParameter(f"{text!r} is not a size like 512MB or 1GiB")
-    return int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
+__all__ = ["BUG_NOTICE", "emit_json", "human_bytes", "main", "parse_size"]
 
 
 def human_bytes(n: float) -> str:
@@ -56,22 +28,24 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
-
-
 BUG_NOTICE = (
     "pack: unexpected error: this is a bug in imgpack, not a mistake in your command; "
     "please report it with the traceback below"
 )
 
 
-RESUMABLE_COMMANDS = {"imagefolder", "imagelist", "coco"}  # the ones with --resume
-
-
 class ImgpackGroup(click.Group):
     """User errors (``ImgpackError``, click's usage errors) become one line on stderr and exit code 1
-    (2 for usage); anything else is a bug and keeps its traceback. ``--debug``: tracebacks always."""
+    (2 for usage); anything else is a bug and keeps its traceback. ``--debug``: tracebacks always.
+    Every registered source (packer/source_registry.py) is a command, made when it is asked for,
+    so a source registered after this module was imported is one too."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *registered_sources()})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        source = registered_sources().get(name)
+        return source_command(source) if source else super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         debug = bool(ctx.params.get("debug"))
@@ -82,7 +56,8 @@ class ImgpackGroup(click.Group):
                 raise
             raise click.ClickException(str(exc)) from None
         except KeyboardInterrupt:
-            resumable = ctx.invoked_subcommand in RESUMABLE_COMMANDS
+            source = registered_sources().get(ctx.invoked_subcommand or "")
+            resumable = source is not None and source.resumable
             hint = "; re-run the same command with --resume to finish" if resumable else ""
             click.echo(f"interrupted{hint}", err=True)
             sys.exit(130)
@@ -91,6 +66,32 @@ class ImgpackGroup(click.Group):
         except Exception:
             click.echo(BUG_NOTICE, err=True)
             raise
+
+
+def source_command(source: Source) -> click.Command:
+    """The ``pack NAME`` command of ``source``: its own parameters, then every pack option
+    (packer/pack_cli.py), made into one ``PackSpec`` before the source is scanned."""
+    own = [p.name for p in source.params]
+
+    def run(**given: Any) -> None:
+        import signal
+
+        from packer import engine
+        from packer.append_cli import run_append
+
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
+        mine = {k: given.pop(k) for k in own}
+        if given["append"]:
+            return run_append(click.get_current_context(), source, mine, given)
+        if given["fmt"] is None:
+            raise click.UsageError("Missing option '--to' (the output format).")
+        asked = PackSpec(source=named_by(mine), format=given["fmt"], **spec_keywords(given))
+        with source.scan(**mine, storage_options=asked.storage_options) as scanned:
+            fail_on_a_bad_row(scanned, asked.on_error)
+            report_pack(engine.pack(dataclasses.replace(asked, source=scanned)), given)
+
+    params = [*source.params, *pack_params(source.resumable)]
+    return click.Command(source.name, callback=run, params=params, help=source.help)
 
 
 @click.group(cls=ImgpackGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,194 +107,11 @@ def main(debug: bool) -> None:
     """
 
 
-@main.command()
-@click.argument("src", type=click.Path(path_type=str))
-@click.option("--to", "fmt", type=click.Choice(format_names()), help="Output format (not with --append).")
-@click.option("-o", "--out", required=True, type=click.Path(path_type=str), help="Output dataset directory.")
-@click.option("--resize", type=click.IntRange(min=1), help="Target size in pixels (see --resize-mode).")
-@click.option(
-    "--resize-mode",
-    type=click.Choice(RESIZE_MODES),
-    default="shorter",
-    show_default=True,
-    help="shorter/longer: that side becomes --resize, aspect kept; exact: --resize x --resize.",
-)
-@click.option("--crop", type=click.IntRange(min=1), help="Centre crop to N x N after resizing.")
-@click.option(
-    "--encode",
-    type=click.Choice(ENCODINGS),
-    default="jpeg",
-    show_default=True,
-    help="How images are stored; 'original' keeps the source bytes untouched.",
-)
-@click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True, help="JPEG quality.")
-@click.option(
-    "--mode",
-    type=click.Choice(["RGB", "L"]),
-    default="RGB",
-    show_default=True,
-    help="Colour mode of the stored images (alpha is flattened on white).",
-)
-@click.option(
-    "--upscale/--no-upscale",
-    default=False,
-    show_default=True,
-    help="Allow --resize to enlarge images smaller than the target.",
-)
-@click.option(
-    "--resample",
-    type=click.Choice(RESAMPLERS),
-    default=AUTO_RESAMPLE,
-    show_default=True,
-    help="auto: the readers' resampler (pack --resize N = read resize=N); or one of Pillow's filters.",
-)
-@click.option(
-    "--max-pixels",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_PIXELS,
-    show_default=True,
-    help="Images with more pixels (before or after resizing) are skipped as possible decompression bombs.",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Processes that preprocess images [default: number of CPUs].",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="local: a process pool on this machine; ray: one Ray task per part (see --shards).",
-)
-@click.option("--ray-address", default=None, help="Ray cluster to join (default: start a local one).")
-@click.option("--shards", type=click.IntRange(min=1), default=None,
-              help="Split the source into N parts of ceil(files/N) source files each.")  # fmt: skip
-@click.option("--samples-per-shard", type=click.IntRange(min=1), default=None,
-              help="N kept samples a part (the last holds the rest), whatever is skipped.")  # fmt: skip
-@click.option(
-    "--shard-size",
-    default=None,
-    help=f"Roll over to a new shard at this size, e.g. 512MB ({', '.join(formats_taking('shard_size'))}).",
-)
-@click.option(
-    "--compression",
-    type=click.Choice(["none", "lzf", "gzip"]),
-    default=None,
-    help=f"Dataset compression ({', '.join(formats_taking('compression'))} only).",
-)
-@click.option(
-    "--on-error",
-    type=click.Choice(["skip", "fail"]),
-    default="skip",
-    show_default=True,
-    help="skip: record bad files in the manifest and go on; fail: stop at the first one.",
-)
-@click.option(
-    "--order",
-    type=click.Choice(PACK_ORDERS),
-    default="shuffled",
-    show_default=True,
-    help="shuffled: write the samples in a seeded permutation of the source, so block-wise "
-    "reads of a class-sorted folder still give varied batches; source: keep the source order.",
-)
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of the --order shuffled permutation."
-)
-@click.option("--force", is_flag=True, help="Replace an existing output dataset.")
-@click.option("--resume", is_flag=True, help="Finish an interrupted pack into the same output.")
-@click.option("--append", is_flag=True,
-              help="Add the source to the dataset OUT as its next version, with its format and options.")
-@storage_options_option
-@dedup_options
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def imagefolder(
-    src: str,
-    fmt: str,
-    out: str,
-    resize,
-    resize_mode,
-    crop,
-    encode,
-    quality,
-    mode,
-    upscale,
-    resample,
-    max_pixels,
-    workers,
-    engine,
-    ray_address,
-    shards,
-    samples_per_shard,
-    shard_size,
-    compression,
-    on_error,
-    order,
-    seed,
-    force,
-    resume,
-    append,
-    storage_options,
-    dedup,
-    near_distance,
-    quiet,
-    as_json,
-) -> None:
-    """Pack the image folder SRC (SRC/<class>/<image>) into OUT; either may be a URL (s3://...)."""
-    import signal
-
-    from packer.engine import pack_folder
-
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
-    if append:
-        from packer.append_cli import run_append
-
-        ctx = click.get_current_context()
-        return run_append(ctx, src, out, storage_options or None, parse_size(shard_size), emit_json)
-    if fmt is None:
-        raise click.UsageError("Missing option '--to' (the output format).")
-
-    spec = PreprocessSpec(
-        resize=resize,
-        resize_mode=resize_mode,
-        crop=crop,
-        encode=encode,
-        quality=quality,
-        mode=mode,
-        upscale=upscale,
-        resample=resample,
-        max_pixels=max_pixels,
-    )
-    options = {
-        "shards": shards,
-        "samples_per_shard": samples_per_shard,
-        "shard_size": parse_size(shard_size),
-        "compression": compression,
-    }
-    report = pack_folder(
-        src,
-        out,
-        fmt,
-        spec,
-        workers=workers,
-        engine=engine,
-        options=options,
-        on_error=on_error,
-        order=order,
-        seed=seed,
-        force=force,
-        resume=resume,
-        quiet=quiet or as_json,
-        ray_address=ray_address,
-        storage_options=storage_options or None,
-        dedup=dedup,
-        near_distance=near_distance,
-    )
-    if as_json:
+def report_pack(report: Any, given: dict[str, Any]) -> None:
+    """A pack's summary: one line and the first skipped files, or JSON with ``--json``."""
+    if given["as_json"]:
         emit_json({**asdict(report), "images_per_second": report.images_per_second})
-    elif not quiet:
+    elif not given["quiet"]:
         click.echo(
             f"packed {report.packed} images into {report.out} ({report.format}, {report.shards} "
             f"shard(s), {human_bytes(report.bytes)}) in {report.seconds:.1f} s "
@@ -303,7 +121,7 @@ def imagefolder(
         for entry in report.skipped_files[:10]:
             click.echo(f"  skipped {entry['path']}: {entry['reason']}")
         if report.skipped > 10:
-            click.echo(f"  ... and {report.skipped - 10} more (see `pack info {out} --json`)")
+            click.echo(f"  ... and {report.skipped - 10} more (see `pack info {given['out']} --json`)")
 
 
 def describe_sizes(sizes: dict[str, int] | None) -> list[str]:
@@ -335,8 +153,12 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 @main.command()
 @click.argument("dataset", type=click.Path(path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-@click.option("--buckets", default=None, metavar="SIDE[,MULTIPLE[,MAX_RATIO]]",
-              help="Also print the bucket plan of AspectBuckets(area=SIDE**2, multiple=..., max_ratio=...).")
+@click.option(
+    "--buckets",
+    default=None,
+    metavar="SIDE[,MULTIPLE[,MAX_RATIO]]",
+    help="Also print the bucket plan of AspectBuckets(area=SIDE**2, multiple=..., max_ratio=...).",
+)
 @click.option("--batch-size", default=64, show_default=True, help="Batch size of the --buckets plan.")
 @click.option("--world-size", default=1, show_default=True, help="Ranks of the --buckets plan.")
 @click.option("--leftover", type=click.Choice(["pad", "drop", "carry"]), default="pad", show_default=True,
@@ -467,17 +289,13 @@ def reindex(dataset: str) -> None:
 
 
 def _register_optional_commands() -> None:
-    """Commands that live in their own modules (bench) join the group when present.
+    """Commands that live in their own modules (bench, show, ...) join the group when present.
 
     An entry is a click command or a function that builds one from the group."""
     import importlib
 
     for module_name, attr in (
         ("packer.bench.cli", "bench"),
-        ("packer.imagelist_cli", "imagelist_command"),
-        ("packer.coco_cli", "coco_command"),
-        ("packer.webdataset_cli", "webdataset_command"),
-        ("packer.parquet_cli", "parquet_command"),
         ("packer.show_cli", "show"),
         ("packer.doctor", "doctor"),
         ("packer.views_cli", "view_command"),

@@ -1,5 +1,4 @@
-"""Click options shared by several ``pack`` commands: remote storage, and the one shape of the
-commands that pack another kind of source (list, COCO, WebDataset, Parquet) like ``imagefolder``."""
+"""What several ``pack`` commands share: remote storage options, scratch folders, JSON output."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,38 +71,6 @@ def scratch_folder(workdir: str | None, prefix: str, purpose: str) -> Iterator[P
         yield Path(scratch)
 
 
-def fail_on_a_bad_row(scan: Any, on_error: str) -> None:
-    """With ``--on-error fail``, a list or annotation row the scan skipped stops the pack."""
-    from readers.errors import ImgpackError
-
-    if scan.skipped and on_error == "fail":
-        first = scan.skipped[0]
-        raise ImgpackError(f"{first['path']}: {first['reason']} (--on-error fail stops at the first bad row)")
-
-
-def source_command(
-    group: click.Group,
-    name: str,
-    help: str,
-    params: list[click.Parameter],
-    scan: Callable[..., AbstractContextManager[Any]],
-    resumable: bool = True,
-) -> click.Command:
-    """The ``pack NAME`` command that packs ``scan(**its own params)``'s source (a context: a
-    scratch folder may live as long as the pack) with every other option of ``group``'s
-    ``imagefolder``, copied from it so the commands never drift apart (``--resume`` only where
-    ``resumable``); a row the scan skipped stops it under ``--on-error fail``."""
-    imagefolder = group.commands["imagefolder"]
-    pack = imagefolder.callback
-    assert pack is not None
-    dropped = {"src"} if resumable else {"src", "resume"}
-    shared = [p for p in imagefolder.params if p.name not in dropped]
-    own = [p.name for p in params]
-
-    def run(**given: Any) -> Any:
-        options = {k: v for k, v in given.items() if k not in own}
-        with scan(**{k: given[k] for k in own}) as source:
-            fail_on_a_bad_row(source, options["on_error"])
-            return pack(src=source, **options, **({} if resumable else {"resume": False}))
-
-    return click.Command(name, callback=run, params=[*params, *shared], help=help)
+def emit_json(data: Any) -> None:
+    """A command's ``--json`` summary on stdout."""
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))

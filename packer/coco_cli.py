@@ -1,7 +1,7 @@
 """``pack coco``: pack a COCO detection file's images with their boxes, like ``pack imagefolder``.
 
-The command takes every preprocessing, engine and output option of ``imagefolder`` (copied from
-that command when the group registers this one) and packs the rows of ``packer.coco.scan_coco``
+The command takes every preprocessing, engine and output option of a pack (packer/pack_cli.py)
+and packs the rows of ``packer.coco.scan_coco``
 through the one rows entry point (``packer.rows``), so boxes and their categories are stored by
 every format and moved with the image when ``--resize``/``--crop`` change it.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from packer.cli_options import source_command
+from packer.source_kind import Source
 
 COCO_HELP = """Pack the images of the COCO detection file ANNOTATIONS, with their boxes, into OUT.
 
@@ -31,15 +31,16 @@ reaching outside their image are clipped and counted.
 
 
 @contextmanager
-def scan(annotations: str, root: str | None, skip_empty: bool) -> Iterator[Any]:
+def scan(annotations: str, root: str | None, skip_empty: bool, storage_options: Any = None) -> Iterator[Any]:
     from packer.coco import coco_source
 
     yield coco_source(annotations, root, skip_empty)
 
 
-def coco_command(group: click.Group) -> click.Command:
-    """The ``coco`` command, built from ``group``'s ``imagefolder`` options."""
-    params = [
+SOURCE = Source(
+    name="coco",
+    help=COCO_HELP,
+    params=(
         click.Argument(["annotations"], metavar="ANNOTATIONS", type=click.Path(path_type=str)),
         click.Option(
             ["--root"],
@@ -48,5 +49,6 @@ def coco_command(group: click.Group) -> click.Command:
             help="Folder COCO's file_names are relative to [default: the annotation file's folder].",
         ),
         click.Option(["--skip-empty"], is_flag=True, help="Drop images that have no box."),
-    ]
-    return source_command(group, "coco", COCO_HELP, params, scan)
+    ),
+    scan=scan,
+)

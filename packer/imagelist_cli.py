@@ -1,8 +1,7 @@
 """``pack imagelist``: pack the images a CSV/TSV/JSONL label file names, like ``pack imagefolder``.
 
-The command takes every preprocessing, engine and output option of ``imagefolder`` (copied from
-that command when the group registers this one, so the two never drift apart) and runs the same
-pack on the scan of the list instead of a class-folder tree.
+The command takes every preprocessing, engine and output option of a pack (packer/pack_cli.py)
+and runs the same pack on the scan of the list instead of a class-folder tree.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from typing import Any
 
 import click
 
-from packer.cli_options import source_command
+from packer.source_kind import Source
 
 LIST_HELP = """Pack the images listed in LIST (CSV, TSV or JSONL with a path and a label column) into OUT.
 
@@ -30,7 +29,7 @@ field values of the wrong type are skipped with a reason.
 
 @contextmanager
 def scan(list_file, root, classes, path_column, label_column, no_header, suffix, fields, no_fields,
-         multi_label, no_label) -> Iterator[Any]:  # fmt: skip
+         multi_label, no_label, storage_options=None) -> Iterator[Any]:  # fmt: skip
     from packer.imagelist import scan_list
     from readers.errors import ImgpackError
 
@@ -41,40 +40,38 @@ def scan(list_file, root, classes, path_column, label_column, no_header, suffix,
                     wanted, no_fields, multi_label, no_label)  # fmt: skip
 
 
-def imagelist_command(group: click.Group) -> click.Command:
-    """The ``imagelist`` command, built from ``group``'s ``imagefolder`` options."""
-    params = [
-        click.Argument(["list_file"], metavar="LIST", type=click.Path(path_type=str)),
-        click.Option(
-            ["--root"],
-            type=click.Path(path_type=str),
-            default=None,
-            help="Folder the list's paths are relative to [default: the list's folder].",
-        ),
-        click.Option(
-            ["--classes"], type=click.Path(path_type=str), help="Class names, one per line, in label order."
-        ),
-        click.Option(["--path-column"], default=None, help="Column (or JSON key) with the image path."),
-        click.Option(["--label-column"], default=None, help="Column (or JSON key) with the label."),
-        click.Option(
-            ["--no-label"],
-            is_flag=True,
-            help="The list has no label column (captions, tags): every sample's label is -1, no class.",
-        ),
-        click.Option(["--no-header"], is_flag=True, help="CSV/TSV without a header row (columns 0 and 1)."),
-        click.Option(["--suffix"], default="", help="Appended to every path, e.g. .jpg for bare ids."),
-        click.Option(
-            ["--fields"],
-            default=None,
-            help="Keep only these other columns as per-sample fields (comma-separated) [default: all].",
-        ),
-        click.Option(["--no-fields"], is_flag=True, help="Keep no other column: path and label only."),
-        click.Option(
-            ["--multi-label"],
-            metavar="SEP",
-            default=None,
-            help="The label column holds several labels split at SEP (or a JSON list): label -1, "
-            "class indices in the field 'labels'.",
-        ),
-    ]
-    return source_command(group, "imagelist", LIST_HELP, params, scan)
+PARAMS = (
+    click.Argument(["list_file"], metavar="LIST", type=click.Path(path_type=str)),
+    click.Option(
+        ["--root"],
+        type=click.Path(path_type=str),
+        default=None,
+        help="Folder the list's paths are relative to [default: the list's folder].",
+    ),
+    click.Option(
+        ["--classes"], type=click.Path(path_type=str), help="Class names, one per line, in label order."
+    ),
+    click.Option(["--path-column"], default=None, help="Column (or JSON key) with the image path."),
+    click.Option(["--label-column"], default=None, help="Column (or JSON key) with the label."),
+    click.Option(
+        ["--no-label"],
+        is_flag=True,
+        help="The list has no label column (captions, tags): every sample's label is -1, no class.",
+    ),
+    click.Option(["--no-header"], is_flag=True, help="CSV/TSV without a header row (columns 0 and 1)."),
+    click.Option(["--suffix"], default="", help="Appended to every path, e.g. .jpg for bare ids."),
+    click.Option(
+        ["--fields"],
+        default=None,
+        help="Keep only these other columns as per-sample fields (comma-separated) [default: all].",
+    ),
+    click.Option(["--no-fields"], is_flag=True, help="Keep no other column: path and label only."),
+    click.Option(
+        ["--multi-label"],
+        metavar="SEP",
+        default=None,
+        help="The label column holds several labels split at SEP (or a JSON list): label -1, "
+        "class indices in the field 'labels'.",
+    ),
+)
+SOURCE = Source(name="imagelist", help=LIST_HELP, params=PARAMS, scan=scan)

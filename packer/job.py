@@ -1,5 +1,5 @@
-"""A pack as data: what ``pack_folder`` was asked (``PackJob``) and the parts an engine works
-through (``PartsRun``); packer/engine.py and packer/ray_engine.py take both."""
+"""A pack as data: its validated ``PackSpec`` with the scanned source (``PackJob``) and the parts
+an engine works through (``PartsRun``); packer/engine.py and packer/ray_engine.py take both."""
 
 from __future__ import annotations
 
@@ -11,25 +11,24 @@ from packer.formats import FormatWriter, PartResult
 from packer.output import Output
 from packer.preprocess import PreprocessSpec
 from packer.source import SourceScan
+from packer.spec import PackSpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PackJob:
-    scan: SourceScan
-    fmt: str
+    pack: PackSpec  # what was asked, validated
+    scan: SourceScan  # the source, scanned (and relabelled for an append)
     spec: PreprocessSpec  # as the format's writer pinned it (--to bmp is --encode bmp)
-    options: dict[str, Any]  # the format's pack options (None values dropped)
-    workers: int = 1
-    engine: str = "local"  # "local" (a process pool) or "ray" (one task per part)
-    on_error: str = "skip"  # "skip": record bad files; "fail": stop at the first
-    resume: bool = False
-    quiet: bool = True
-    ray_address: str | None = None
-    storage_options: dict[str, Any] | None = None  # for URL sources and outputs
     started: float = 0.0  # time.perf_counter() when the pack began
-    order: dict[str, Any] = field(default_factory=lambda: {"kind": "source", "seed": None})  # pack_order
-    dedup: dict[str, Any] | None = None  # packer/dedup.py's record of --dedup, None: keep every copy
     known: Any = None  # packer.dedup.Known: with --dedup, the samples of the dataset appended to
+
+    @property
+    def order(self) -> dict[str, Any]:
+        return self.pack.order_record
+
+    @property
+    def dedup(self) -> dict[str, Any] | None:
+        return self.pack.dedup_record
 
 
 @dataclass

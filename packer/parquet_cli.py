@@ -1,7 +1,7 @@
 """``pack parquet``: pack a Parquet/Arrow table of images (bytes or paths), like ``pack imagefolder``.
 
-The command takes every preprocessing, engine and output option of ``imagefolder`` (copied from
-that command when the group registers this one) and packs ``packer.parquet_source``'s scan.
+The command takes every preprocessing, engine and output option of a pack (packer/pack_cli.py)
+and packs ``packer.parquet_source``'s scan.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from packer.cli_options import scratch_folder, source_command
+from packer.cli_options import scratch_folder
+from packer.source_kind import Source
 
 PARQUET_HELP = """Pack the images of the Parquet/Arrow TABLE (a column of image bytes or paths) into OUT.
 
@@ -27,22 +28,20 @@ Image bytes are written to a temporary folder (--workdir) for the pack and remov
 
 @contextmanager
 def scan(table: str, root: str | None, image_column: str | None, label_column: str | None,
-         workdir: str | None) -> Iterator[Any]:  # fmt: skip
+         workdir: str | None, storage_options: Any = None) -> Iterator[Any]:  # fmt: skip
     from packer.parquet_source import parquet_source
 
     with scratch_folder(workdir, "imgpack-parquet-", "the image bytes") as scratch:
         yield parquet_source(table, scratch, root, image_column, label_column)
 
 
-def parquet_command(group: click.Group) -> click.Command:
-    """The ``parquet`` command, built from ``group``'s ``imagefolder`` options."""
-    params = [
-        click.Argument(["table"], metavar="TABLE", type=click.Path(path_type=str)),
-        click.Option(["--root"], type=click.Path(path_type=str), default=None,
-                     help="Folder image paths are relative to."),
-        click.Option(["--image-column"], default=None, help="Column with the image bytes or paths."),
-        click.Option(["--label-column"], default=None, help="Column with the label (integers or names)."),
-        click.Option(["--workdir"], type=click.Path(path_type=str, file_okay=False), default=None,
-                     help="Where image bytes are written for the pack [default: a temporary folder]."),
-    ]  # fmt: skip
-    return source_command(group, "parquet", PARQUET_HELP, params, scan, resumable=False)
+PARAMS = (
+    click.Argument(["table"], metavar="TABLE", type=click.Path(path_type=str)),
+    click.Option(["--root"], type=click.Path(path_type=str), default=None,
+                 help="Folder image paths are relative to."),
+    click.Option(["--image-column"], default=None, help="Column with the image bytes or paths."),
+    click.Option(["--label-column"], default=None, help="Column with the label (integers or names)."),
+    click.Option(["--workdir"], type=click.Path(path_type=str, file_okay=False), default=None,
+                 help="Where image bytes are written for the pack [default: a temporary folder]."),
+)  # fmt: skip
+SOURCE = Source(name="parquet", help=PARQUET_HELP, params=PARAMS, scan=scan, resumable=False)

@@ -151,7 +151,7 @@ def ray_session(address: str | None) -> Iterator[None]:
 
 def run_ray(job: PackJob, run: PartsRun) -> None:
     """Every part of ``run`` not done yet, one Ray task each (in a ``ray_session``)."""
-    with ray_session(job.ray_address):
+    with ray_session(job.pack.ray_address):
         _run_tasks(job, run)
 
 
@@ -166,7 +166,7 @@ def _run_tasks(job: PackJob, run: PartsRun) -> None:
     carried: Carried = run.carry.setdefault("results", {})
     try:
         task = ray.remote(num_returns=2)(_pack_part)
-        common = (job.spec, job.on_error, driver, sink, job.storage_options)
+        common = (job.spec, job.pack.on_error, driver, sink, job.pack.storage_options)
         pending = {}
         if job.dedup and "dedup" not in run.carry:  # once a pack: every re-cut round reuses it
             run.carry["dedup"] = dedup_skips(job)
@@ -213,7 +213,7 @@ def dedup_skips(job: PackJob) -> dict[int, str]:
     task = ray.remote(_hash_chunk)
     step = BLOCK * 8
     chunks = [list(items[a : a + step]) for a in range(0, len(items), step)]
-    refs = [task.remote(chunk, job.spec, job.storage_options) for chunk in chunks]
+    refs = [task.remote(chunk, job.spec, job.pack.storage_options) for chunk in chunks]
     return skips_of((h for ref in refs for h in ray.get(ref)), job.dedup or {}, job.known)
 
 

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from packer.source import IMAGE_EXTENSIONS, SourceScan
+from packer.source import IMAGE_EXTENSIONS, SourceScan, scan_folder
 from packer.source_items import ItemsBuilder
 from readers.errors import ImgpackError
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME
-from readers.remote import remote_call, url_fs
+from readers.remote import is_url, remote_call, url_fs
 
 READ_THREADS = 8  # objects read at once by one worker process
 
@@ -128,3 +128,10 @@ def _read_or_reason(fs: Any, url: str) -> bytes | str:
         return "object not found (deleted after the source was listed?); re-run the pack"
     except PermissionError:
         return "permission denied; grant read access to the object"
+
+
+def scan_place(src: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> SourceScan:
+    """The image folder ``src`` scanned: a local path (packer/source.py) or an fsspec URL."""
+    if is_url(src):
+        return scan_url(str(src), storage_options)
+    return scan_folder(src)

@@ -1,7 +1,7 @@
 """``pack webdataset``: re-pack WebDataset samples (a folder tree or tar shards), like ``pack imagefolder``.
 
-The command takes every preprocessing, engine and output option of ``imagefolder`` (copied from
-that command when the group registers this one) and packs ``packer.webdataset_source``'s scan.
+The command takes every preprocessing, engine and output option of a pack (packer/pack_cli.py)
+and packs ``packer.webdataset_source``'s scan.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from packer.cli_options import scratch_folder, source_command
+from packer.cli_options import scratch_folder
+from packer.source_kind import Source
 
 WEBDATASET_HELP = """Pack WebDataset samples (files sharing a stem: x.jpg + x.cls/x.txt/x.json) into OUT.
 
@@ -26,24 +27,22 @@ Tar shards are unpacked into a temporary folder (--workdir) for the pack and rem
 
 
 @contextmanager
-def scan(sources: tuple[str, ...], workdir: str | None) -> Iterator[Any]:
+def scan(sources: tuple[str, ...], workdir: str | None, storage_options: Any = None) -> Iterator[Any]:
     from packer.webdataset_source import webdataset_source
 
     with scratch_folder(workdir, "imgpack-wds-", "the unpacked shards") as scratch:
         yield webdataset_source(list(sources), scratch)
 
 
-def webdataset_command(group: click.Group) -> click.Command:
-    """The ``webdataset`` command, built from ``group``'s ``imagefolder`` options."""
-    params = [
-        click.Argument(
-            ["sources"], metavar="SOURCE...", nargs=-1, required=True, type=click.Path(path_type=str)
-        ),
-        click.Option(
-            ["--workdir"],
-            type=click.Path(path_type=str, file_okay=False),
-            default=None,
-            help="Where tar shards are unpacked for the pack [default: the system's temporary folder].",
-        ),
-    ]
-    return source_command(group, "webdataset", WEBDATASET_HELP, params, scan, resumable=False)
+PARAMS = (
+    click.Argument(
+        ["sources"], metavar="SOURCE...", nargs=-1, required=True, type=click.Path(path_type=str)
+    ),
+    click.Option(
+        ["--workdir"],
+        type=click.Path(path_type=str, file_okay=False),
+        default=None,
+        help="Where tar shards are unpacked for the pack [default: the system's temporary folder].",
+    ),
+)
+SOURCE = Source(name="webdataset", help=WEBDATASET_HELP, params=PARAMS, scan=scan, resumable=False)

@@ -50,6 +50,7 @@ def pss_kib():
 mode, src = sys.argv[1], sys.argv[2]
 import numpy  # noqa: F401  (imports count in the baseline, not in the growth)
 import packer.engine as engine
+import packer.local_engine as local_engine
 import packer.pool as pool
 from packer.source import scan_folder
 from readers.errors import ImgpackError
@@ -75,7 +76,7 @@ else:
     def chunk(items, spec, *rest):
         return [(item.index, item.rel, "not decoded (memory benchmark)") for item in items]
 
-    real_write_part = engine.write_part
+    real_write_part = local_engine.write_part
 
     def write_part(writer, part, results, *rest, **options):
         def counted():
@@ -85,7 +86,7 @@ else:
         return real_write_part(writer, part, counted(), *rest, **options)
 
     pool.preprocess_chunk = chunk  # every file a skip: the scan and the pipeline, no decoding
-    engine.write_part = write_part
+    local_engine.write_part = write_part
     with tempfile.TemporaryDirectory() as out:
         try:
             engine.pack_folder(src, Path(out) / "out", "tar", workers=1)

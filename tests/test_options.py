@@ -93,8 +93,8 @@ FOREIGN = [
 
 
 def test_every_format_specific_pack_option_is_tried():
-    declared = {option for fmt in registered().values() for option in fmt.pack_options}
-    assert set(FLAGS) == declared - set(SHARDING_OPTIONS)
+    declared = {option.name for fmt in registered().values() for option in fmt.pack_options}
+    assert set(FLAGS) == declared - {option.name for option in SHARDING_OPTIONS}
 
 
 @pytest.mark.parametrize("fmt,option,users", FOREIGN)
@@ -124,10 +124,10 @@ BUGGY_PACK = """
 import sys
 import packer.engine
 
-def pack_folder(*args, **kwargs):
+def pack(*args, **kwargs):
     raise ValueError("an internal bug, not a user mistake")
 
-packer.engine.pack_folder = pack_folder
+packer.engine.pack = pack
 from packer.cli import main
 main(sys.argv[1:], prog_name="pack")
 """
@@ -141,4 +141,4 @@ def test_unexpected_errors_keep_their_traceback(tmp_path):
     assert proc.returncode == 1
     assert BUG_NOTICE in proc.stderr
     assert "Traceback" in proc.stderr and "ValueError: an internal bug" in proc.stderr
-    assert "pack_folder" in proc.stderr  # the frame where it happened
+    assert 'line 6, in pack' in proc.stderr  # the frame where it happened

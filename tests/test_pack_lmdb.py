@@ -175,7 +175,7 @@ def test_incomplete_dataset_is_refused(tmp_path, packed):
 
 
 def test_interrupted_pack_resumes(tmp_path, monkeypatch):
-    from packer import engine
+    from packer import local_engine as engine  # where the local engine writes its parts
 
     out = tmp_path / "ds"
     calls = {"n": 0}

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE_DATA
 
-from packer.engine import _fingerprint
 from packer.pack_order import order_record
 from packer.preprocess import PreprocessSpec
+from packer.progress import fingerprint
 from packer.source import IMAGE_EXTENSIONS, SourceItem, SourceScan, scan_folder
 from packer.source_items import SourceItems
 
@@ -89,7 +89,7 @@ def test_fingerprint_is_unchanged(weird_tree: Path) -> None:
     head.update(json.dumps(["tar", spec.to_dict(), options, scan.classes, order], sort_keys=True).encode())
     for item in listed(weird_tree):
         head.update(item.rel.encode("utf-8", "surrogateescape") + b"\0")
-    assert _fingerprint(scan, "tar", spec, options, order) == head.hexdigest()
+    assert fingerprint(scan, "tar", spec, options, order) == head.hexdigest()
 
 
 def test_a_list_keeps_every_field(tmp_path: Path) -> None:
@@ -145,4 +145,4 @@ def test_a_list_of_a_subclass_is_kept_with_its_fields(tmp_path: Path) -> None:
     asked = ["tar", PreprocessSpec().to_dict(), {}, ["c"], order]
     expected.update(json.dumps(asked, sort_keys=True).encode())
     expected.update(b"c/0.jpg\0c/1.jpg\0c/2.jpg\0")
-    assert _fingerprint(scan, "tar", PreprocessSpec(), {}, order) == expected.hexdigest()
+    assert fingerprint(scan, "tar", PreprocessSpec(), {}, order) == expected.hexdigest()

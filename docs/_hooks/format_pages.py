@@ -33,7 +33,7 @@ def format_page(fmt: Format) -> str:
         ("what it is", _module_doc(fmt).replace("\n", " ")),
         ("files it owns (what `--force` may replace)", f"`{fmt.files.pattern}`"),
         ("encodings (`--encode`)", _codes(fmt.encodings)),
-        ("pack options", _codes([f"--{o.replace('_', '-')}" for o in fmt.pack_options])),
+        ("pack options", _codes([o.flag for o in fmt.pack_options])),
         ("reader options (`reader_options=`)", _codes([*COMMON_READER_OPTIONS, *fmt.reader_options])),
         ("written to object storage", remote.get(fmt.remote_finish, f"yes (parts: {fmt.remote_finish})")),
         ("per-sample fields", "stored" if fmt.stores_fields else "not stored"),

@@ -123,7 +123,7 @@ class FormatWriter:
         """The pack options (``--shard-size`` -> ``shard_size``) this format declares in its
         registry entry; one given for a format that does not list it is an error naming the
         formats that do."""
-        return format_named(self.name).pack_options
+        return tuple(option.name for option in format_named(self.name).pack_options)
 
     def refuse_foreign_options(self) -> None:
         """Raise ImgpackError for a given option that another format uses and this one does not."""

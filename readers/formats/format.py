@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from readers.formats.pack_option import SAMPLES_PER_SHARD, SHARDS, PackOption
 from readers.manifest import ENCODINGS
 
 # Pack options every format takes: how the dataset is cut into shards.
-SHARDING_OPTIONS = ("shards", "samples_per_shard")
+SHARDING_OPTIONS = (SHARDS, SAMPLES_PER_SHARD)
 # Reader options every reader takes (remote datasets; see readers.remote_parts).
 COMMON_READER_OPTIONS = ("cache_dir", "cache_size", "storage_options")
 
@@ -52,7 +53,7 @@ class Format:
     dataset_files: re.Pattern[str] | None = None
     remote_finish: RemoteFinish | None = "local"  # None: cannot be written to a URL
     encodings: tuple[str, ...] = ENCODINGS  # one only: the pack pins it (--to bmp is --encode bmp)
-    pack_options: tuple[str, ...] = SHARDING_OPTIONS  # keyword names, as in pack_folder(options=)
+    pack_options: tuple[PackOption, ...] = SHARDING_OPTIONS  # typed; keyed by name in PackSpec.options
     reader_options: tuple[str, ...] = ()  # the reader's own, besides COMMON_READER_OPTIONS
     # "module:function(fileobj, where) -> (count, index text)" rebuilding a shard's index (reindex).
     indexer: str | None = None
@@ -74,6 +75,10 @@ class Format:
             listed = in_dataset and self.dataset_files is not None and self.dataset_files.fullmatch(name)
             return bool(self.files.fullmatch(name) or listed)
         return self.folder is not None and self.folder(name, below)
+
+    def pack_option(self, name: str) -> PackOption | None:
+        """The pack option called ``name`` this format declares, or None."""
+        return next((option for option in self.pack_options if option.name == name), None)
 
     def accepts_reader_option(self, option: str) -> bool:
         return option in self.reader_options or option in COMMON_READER_OPTIONS

@@ -73,7 +73,7 @@ def format_named(name: str, unknown: Callable[[str], Exception] | None = None) -
 
 def formats_taking(option: str) -> list[str]:
     """Names of the formats whose pack options include ``option``."""
-    return [name for name, fmt in registered().items() if option in fmt.pack_options]
+    return [name for name, fmt in registered().items() if fmt.pack_option(option) is not None]
 
 
 def formats_storing_fields() -> list[str]:

@@ -5,6 +5,11 @@ from __future__ import annotations
 import re
 
 from readers.formats.format import SHARDING_OPTIONS, Format
+from readers.formats.pack_option import PackOption
+
+COMPRESSION = PackOption(
+    "compression", "choice", "HDF5 filter on the stored images.", choices=("none", "lzf", "gzip")
+)
 
 FORMAT = Format(
     name="hdf5",
@@ -12,6 +17,6 @@ FORMAT = Format(
     writer="readers.formats.hdf5.writer:Hdf5Writer",
     files=re.compile(r"data-\d{6}\.h5"),
     remote_finish="local",  # finish writes the manifest into every file
-    pack_options=(*SHARDING_OPTIONS, "compression"),  # an HDF5 filter on `images`
+    pack_options=(*SHARDING_OPTIONS, COMPRESSION),  # an HDF5 filter on `images`
     stores_fields=True,  # a 'fields' dataset of JSON text, under each sample's crc32
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from readers.formats.format import SHARDING_OPTIONS, Format
+from readers.formats.pack_option import SHARD_SIZE
 
 FORMAT = Format(
     name="tfrecord",
@@ -12,7 +13,7 @@ FORMAT = Format(
     writer="readers.formats.tfrecord.writer:TfrecordWriter",
     files=re.compile(r"(shard|part)-\d{6}(-\d{5})?\.(tfrecord|idx)|labels\.i64"),  # labels: label_file.py
     remote_finish="rename",
-    pack_options=(*SHARDING_OPTIONS, "shard_size"),  # roll over to a new file at this size
+    pack_options=(*SHARDING_OPTIONS, SHARD_SIZE),  # roll over to a new file at this size
     reader_options=("check_crc",),
     indexer="readers.formats.tfrecord.writer:shard_index",
     stores_fields=True,  # tf.train.Example features (image/object/bbox/*, ...) + imgpack/fields
