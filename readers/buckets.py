@@ -54,6 +54,13 @@ class _Buckets:
         """The bucket (index into ``sizes``) of each stored size: nearest in log aspect ratio."""
         return bucket_of(self.sizes, heights, widths)
 
+    def batch_slots(self, batch_size: int | None) -> int | None:
+        """The spec's batch size with this option: as given (a token budget sets its own)."""
+        return batch_size
+
+    def check_spec(self, spec: Any) -> None:
+        """Refuse reading options this kind of bucket cannot honour (none here)."""
+
     def key(self, group: int) -> str:
         """What a resume state must match: the sizes, the rule and the group."""
         sizes = ",".join(f"{h}x{w}" for h, w in self.sizes)
@@ -115,9 +122,9 @@ class BucketList(_Buckets):
 Buckets = AspectBuckets | BucketList
 
 
-def as_buckets(value: object) -> Buckets:
+def as_buckets(value: object) -> Any:
     """``buckets=`` as a bucket object: AspectBuckets / BucketList as given, a list as a BucketList."""
-    if isinstance(value, (AspectBuckets, BucketList)):
+    if isinstance(value, _Buckets):  # AspectBuckets, BucketList, readers.token_budget.TokenBudget
         return value
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         return BucketList(bucket_sizes=tuple(value))  # type: ignore[arg-type]
@@ -168,11 +175,12 @@ def square_kept_fraction(stored: Pair) -> float:
     return min(stored) ** 2 / (stored[0] * stored[1])
 
 
-def checked_buckets(value: object, spec: Any) -> Buckets:
+def checked_buckets(value: object, spec: Any) -> Any:
     """``buckets=`` checked against the other reading options of ``spec`` (a ReadSpec)."""
     buckets = as_buckets(value)
     if spec.crop is not None or spec.resize is not None:
         raise OptionError(
             "buckets= resizes each image to cover its bucket and crops the least: drop crop= and resize="
         )
+    buckets.check_spec(spec)
     return buckets

@@ -38,6 +38,11 @@ def stored_size_of(label: int) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def aspects(tmp_path_factory) -> Path:
+    return pack_aspects(tmp_path_factory)
+
+
+def pack_aspects(tmp_path_factory) -> Path:
+    """The set packed to LMDB: one folder (class) per image, the images at SHAPES."""
     src = tmp_path_factory.mktemp("aspects")
     rng = np.random.default_rng(0)
     for index in range(sum(SHAPES.values())):

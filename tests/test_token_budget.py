@@ -1,0 +1,175 @@
+"""Token-budget reads (buckets=TokenBudget(...)): batches of budget // L images at one patch grid
+of at most L patches, every batch within the budget, the same cell at each step on every rank,
+every sample once per epoch (plus the documented padding), exact and elastic resume.
+
+The set is tests/test_buckets.py's: one class folder per image, so a label names its sample;
+images at 16:9, 9:16, 4:3, 3:4 and 1:1."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from readers import OptionError, ResumeError, TokenBudget, make_loader, open_iterable
+from readers.token_budget import patch_grids
+from readers.token_order import EMPTY
+from tests.test_buckets import SHAPES, pack_aspects, stored_size_of
+
+PATCH = 8
+BUDGET = TokenBudget(patch=PATCH, budget=72, seq_lens=(16, 36))  # batches of 4 (L=16) and 2 (L=36)
+N = sum(SHAPES.values())
+
+
+@pytest.fixture(scope="module")
+def aspects(tmp_path_factory) -> Path:
+    return pack_aspects(tmp_path_factory)
+
+
+def nearest_grid(label: int, seq_len: int, budget=BUDGET) -> tuple[int, int]:
+    """The grid of ``seq_len`` nearest the sample's stored aspect ratio, worked out here apart."""
+    h, w = stored_size_of(label)
+    grids = budget.grids[budget.seq_lens.index(seq_len)]
+    return min(grids, key=lambda g: abs(np.log(h / w) - np.log(g[0] / g[1])))
+
+
+def check_batch(images: torch.Tensor, labels: torch.Tensor, budget=BUDGET) -> tuple:
+    """The batch's (seq_len, shape, size), after checking it against the budget and its images."""
+    height, width = images.shape[2:]
+    assert height % budget.patch == 0 and width % budget.patch == 0
+    patches = (height // budget.patch) * (width // budget.patch)
+    assert len(labels) * patches <= budget.budget  # the budget holds for every batch
+    seq_len = [n for n, b in zip(budget.seq_lens, budget.batch_sizes) if b == len(labels)]
+    assert len(seq_len) == 1 and patches <= seq_len[0]
+    grid = (height // budget.patch, width // budget.patch)
+    assert all(nearest_grid(int(x), seq_len[0], budget) == grid for x in labels)
+    return seq_len[0], (int(height), int(width)), len(labels)
+
+
+def read_rank(path, rank: int, world: int, workers: int, epoch: int = 0, budget=BUDGET, **options):
+    it = open_iterable(path, buckets=budget, seed=7, rank=rank, world_size=world, **options)
+    it.set_epoch(epoch)
+    steps = []
+    for images, labels in make_loader(it, num_workers=workers):
+        steps.append((check_batch(images, labels, budget), labels.tolist()))
+    assert len(steps) == len(it)
+    return steps, it.order
+
+
+@pytest.mark.parametrize("world, workers", [(1, 0), (1, 2), (2, 0), (2, 2), (4, 0), (4, 2)])
+def test_every_sample_once_per_epoch_one_cell_per_step_on_every_rank(aspects, world, workers):
+    read = [read_rank(aspects, r, world, workers) for r in range(world)]
+    ranks = [steps for steps, _ in read]
+    order = read[0][1]
+    assert len({len(steps) for steps in ranks}) == 1  # equal steps: DDP never waits on a rank
+    for step in zip(*ranks):
+        assert len({shape for shape, _ in step}) == 1  # one length, shape and batch size per step
+    seen = Counter(x for steps in ranks for _, labels in steps for x in labels)
+    assert set(seen) == set(range(N))  # every sample at least once
+    assert sum(seen.values()) - N == order.leftovers > 0  # the padding, and nothing more
+    assert {shape[0] for steps in ranks for shape, _ in steps} == {16, 36}
+
+
+def test_drop_reads_every_sample_at_most_once(aspects):
+    budget = TokenBudget(patch=PATCH, budget=72, seq_lens=(16, 36), leftover="drop")
+    read = [read_rank(aspects, r, 2, 0, budget=budget) for r in range(2)]
+    seen = Counter(x for steps, _ in read for _, labels in steps for x in labels)
+    assert max(seen.values()) == 1 and N - len(seen) == read[0][1].leftovers
+
+
+def test_the_schedule_is_a_function_of_seed_and_epoch_and_lengths_vary_per_epoch(aspects):
+    it = open_iterable(aspects, buckets=BUDGET, seed=7)
+    order = it.order
+    one = order.schedule(0)
+    assert np.array_equal(one, open_iterable(aspects, buckets=BUDGET, seed=7).order.schedule(0))
+    assert not np.array_equal(one, order.schedule(1))
+    assert len(one) == len(order.schedule(1)) == order.num_samples  # every epoch as long
+    slots = one.reshape(-1, BUDGET.slots)
+    sizes = (slots != EMPTY).sum(axis=1)
+    assert set(sizes.tolist()) == set(BUDGET.batch_sizes)
+    assert ((slots != EMPTY) == (np.arange(BUDGET.slots) < sizes[:, None])).all()  # images first
+    # a sample's length changes from epoch to epoch: its cell is drawn in each epoch's order
+    lengths = np.stack([[BUDGET.cells[c][0] for c in order.cells(e)] for e in range(6)])
+    assert (lengths.min(axis=0) != lengths.max(axis=0)).sum() > N // 4
+    # the share of each length follows its batch size (NaFlex draws a length per batch)
+    per_length = np.bincount(lengths[0], minlength=2)
+    assert per_length[0] > per_length[1]
+
+
+def test_grids_fit_their_length_and_none_fits_in_another():
+    assert patch_grids(16, 4) == ((8, 2), (5, 3), (4, 4), (3, 5), (2, 8))
+    for seq_len in (16, 36, 196, 256):
+        grids = patch_grids(seq_len, 3.0)
+        assert all(r * c <= seq_len and max(r / c, c / r) <= 3.0 for r, c in grids)
+        assert not any(a != b and a[0] <= b[0] and a[1] <= b[1] for a in grids for b in grids)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_mid_epoch_is_exact(aspects, workers):
+    def loader_of():
+        return make_loader(open_iterable(aspects, buckets=BUDGET, seed=7, flip=True), num_workers=workers)
+
+    whole = loader_of()
+    reference = [(labels.tolist(), images.sum().item()) for _ in range(2) for images, labels in whole]
+    loader = loader_of()
+    got = []
+    for step, (images, labels) in enumerate(loader):
+        got.append((labels.tolist(), images.sum().item()))
+        if step == 5:
+            state = loader.state_dict()
+            break
+    del loader  # "killed": a fresh loader resumes from the saved state
+    resumed = loader_of()
+    resumed.load_state_dict(state)
+    got += [(labels.tolist(), images.sum().item()) for images, labels in resumed]
+    got += [(labels.tolist(), images.sum().item()) for images, labels in resumed]  # the next epoch
+    half = len(reference) // 2
+    assert got == reference and reference[:half] != reference[half:]
+
+
+def test_elastic_resume_two_ranks_to_one_covers_the_epoch_once(aspects):
+    budget = TokenBudget(patch=PATCH, budget=72, seq_lens=(16, 36), group=2)
+    options = dict(buckets=budget, seed=7, world_size=2)
+    first: list[int] = []
+    state = None
+    for r in range(2):
+        it = open_iterable(aspects, rank=r, **options)
+        stream = iter(it)
+        for _ in range(3):
+            first += next(stream)[1].tolist()
+        if r == 0:
+            state = it.state_dict()
+    one = open_iterable(aspects, buckets=budget, seed=7, rank=0, world_size=1)
+    one.load_state_dict(state)
+    rest = [x for images, labels in one for x in labels.tolist() if check_batch(images, labels, budget)]
+    whole = open_iterable(aspects, buckets=budget, seed=7, rank=0, world_size=1)
+    assert Counter(first + rest) == Counter(x for _, labels in whole for x in labels.tolist())
+    # without a common group= the schedule differs: refused, naming it
+    default = open_iterable(aspects, buckets=BUDGET, seed=7, rank=0, world_size=1)
+    with pytest.raises(ResumeError, match="group"):
+        default.load_state_dict(state)
+
+
+def test_the_per_sample_path_is_refused_naming_the_fix(aspects):
+    for options in ({"loader_batch_size": 4}, {"transform": lambda x: x}, {"pad_last": True}):
+        with pytest.raises(OptionError, match="TokenBudget.*batch_transform="):
+            open_iterable(aspects, buckets=BUDGET, **options)
+    with pytest.raises(OptionError, match="drop batch_size="):
+        open_iterable(aspects, buckets=BUDGET, batch_size=8)
+    with pytest.raises(OptionError, match="leave make_loader's batch_size out"):
+        make_loader(open_iterable(aspects, buckets=BUDGET), batch_size=4)
+
+
+def test_token_budget_options_are_checked():
+    with pytest.raises(OptionError, match="more patches than budget"):
+        TokenBudget(budget=100, seq_lens=(64, 128))
+    with pytest.raises(OptionError, match="seq_lens"):
+        TokenBudget(seq_lens=())
+    with pytest.raises(OptionError, match="patch"):
+        TokenBudget(patch=0)
+    with pytest.raises(OptionError, match="leftover"):
+        TokenBudget(leftover="carry")
+    assert TokenBudget(budget=4096, seq_lens=(256, 64, 256)).seq_lens == (64, 256)
