@@ -127,13 +127,13 @@ class RecordStream(EpochStream):
         """(positions to read, how many of them count as read) for span [a, b): with ``pad_last``
         a short last batch is filled by wrapping around this rank's order of the epoch (from its
         start, so a resumed pass pads like an uninterrupted one); the padding is not counted."""
+        if isinstance(self.order, TokenOrder):  # a batch smaller than its slots leaves them EMPTY
+            chunk = positions[a:b]
+            return chunk[chunk != EMPTY], b - a
         if self.spec.pad_last and self.batch_size is not None and b - a < self.batch_size:
             wrap = np.resize(self.order.epoch_order(epoch), self.batch_size - (b - a))
             return np.concatenate([positions[a:b], wrap]), b - a
-        chunk = positions[a:b]
-        if isinstance(self.order, TokenOrder):  # a batch smaller than its slots leaves them EMPTY
-            chunk = chunk[chunk != EMPTY]
-        return chunk, b - a
+        return positions[a:b], b - a
 
     def _emit_records(
         self, records: list[Record], chunks: list[tuple[np.ndarray, int]], epoch: int

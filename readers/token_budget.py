@@ -107,11 +107,10 @@ class TokenBudget(_Buckets):
         per_sample = ("loader_batch_size", "transform", "target_transform")
         given = [n for n in per_sample if getattr(spec, n) is not None]
         given += ["decode"] if spec.decode != "tensor" else []
-        given += ["pad_last"] if spec.pad_last else []
         if given:
             raise OptionError(
                 "buckets=TokenBudget(...) reads whole batches of budget // L images (their size varies "
-                "with L, which a DataLoader batching samples cannot follow; no batch is ever short): "
+                "with L, which a DataLoader batching samples cannot follow): "
                 f"drop {', '.join(n + '=' for n in given)} and transform each batch with batch_transform="
             )
 

@@ -187,6 +187,11 @@ def test_per_sample_path_follows_the_buckets(aspects):
 
 @pytest.fixture(scope="module")
 def coco_lmdb(tmp_path_factory) -> Path:
+    return pack_coco(tmp_path_factory)
+
+
+def pack_coco(tmp_path_factory) -> Path:
+    """80 COCO images with drawn rectangles as boxes (tests/cocodata.py), to LMDB in source order."""
     coco = make_coco(tmp_path_factory.mktemp("coco"), count=80, empty=2)
     out = tmp_path_factory.mktemp("coco-lmdb") / "ds"
     result = CliRunner().invoke(main, coco_pack_args(coco, "lmdb", out, "--order", "source", "-q"))

@@ -16,8 +16,9 @@ import torch
 
 from readers import OptionError, ResumeError, TokenBudget, make_loader, open_iterable
 from readers.token_budget import patch_grids
-from readers.token_order import EMPTY
-from tests.test_buckets import SHAPES, pack_aspects, stored_size_of
+from readers.token_order import EMPTY, token_summary
+from tests.test_boxes_read import FIELDS, check_frames
+from tests.test_buckets import SHAPES, pack_aspects, pack_coco, stored_size_of
 
 PATCH = 8
 BUDGET = TokenBudget(patch=PATCH, budget=72, seq_lens=(16, 36))  # batches of 4 (L=16) and 2 (L=36)
@@ -154,7 +155,7 @@ def test_elastic_resume_two_ranks_to_one_covers_the_epoch_once(aspects):
 
 
 def test_the_per_sample_path_is_refused_naming_the_fix(aspects):
-    for options in ({"loader_batch_size": 4}, {"transform": lambda x: x}, {"pad_last": True}):
+    for options in ({"loader_batch_size": 4}, {"transform": lambda x: x}, {"target_transform": int}):
         with pytest.raises(OptionError, match="TokenBudget.*batch_transform="):
             open_iterable(aspects, buckets=BUDGET, **options)
     with pytest.raises(OptionError, match="drop batch_size="):
@@ -173,3 +174,47 @@ def test_token_budget_options_are_checked():
     with pytest.raises(OptionError, match="leftover"):
         TokenBudget(leftover="carry")
     assert TokenBudget(budget=4096, seq_lens=(256, 64, 256)).seq_lens == (64, 256)
+
+
+def test_dali_fallback_gives_the_open_iterable_batches(aspects):
+    from readers import dali_loader
+
+    options = dict(buckets=BUDGET, seed=7, flip=True)
+    loader = dali_loader(aspects, batch_size=BUDGET.slots, device="dataloader", num_workers=2, **options)
+    got = [(images.clone(), labels.clone()) for images, labels in loader]
+    want = list(make_loader(open_iterable(aspects, **options), num_workers=0))
+    assert len(got) == len(want) and len({len(labels) for _, labels in got}) == 2
+    for (a, la), (b, lb) in zip(got, want):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def coco_lmdb(tmp_path_factory) -> Path:
+    return pack_coco(tmp_path_factory)
+
+
+def test_boxes_frame_the_drawn_rectangles_at_every_length(coco_lmdb):
+    budget = TokenBudget(patch=16, budget=64, seq_lens=(16, 32), random_offset=True)
+    it = open_iterable(coco_lmdb, buckets=budget, flip=True, seed=2, fields=FIELDS)
+    compared = 0
+    lengths = set()
+    for images, target in make_loader(it, num_workers=2):
+        h, w = images.shape[2:]
+        assert len(images) * (h // 16) * (w // 16) <= 64
+        lengths.add(len(images))
+        for i in range(len(images)):
+            sample = {name: target[name][i] for name in ("boxes", "categories", "iscrowd")}
+            compared += check_frames(images[i], sample)
+    assert lengths == {4, 2} and compared >= 80
+
+
+def test_the_summary_counts_every_sample_and_the_padding_the_read_makes(aspects):
+    from readers.bucket_plan import sample_sizes
+    from readers.formats import open_reader
+
+    it = open_iterable(aspects, buckets=BUDGET, seed=7, world_size=2, rank=0)
+    plan = token_summary(BUDGET, sample_sizes(open_reader(aspects)), world_size=2)
+    assert sum(cell["samples"] for cell in plan["cells"]) == N
+    assert plan["leftovers"] == it.order.leftovers
+    assert {cell["seq_len"] for cell in plan["cells"]} == {16, 36}
+    assert all(cell["batch"] == 72 // cell["seq_len"] for cell in plan["cells"])
