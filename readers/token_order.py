@@ -30,6 +30,7 @@ import numpy as np
 from readers.bucket_order import bucket_groups, interleaved, spread_shifts
 from readers.errors import OptionError
 from readers.order import OrderSpec, global_order, rank_order
+from readers.resume import ResumeError
 from readers.token_budget import TokenBudget, TokenPlan, token_plan
 
 EMPTY = -1  # a slot of a batch smaller than the largest: nothing is read there
@@ -105,6 +106,20 @@ class TokenOrder(OrderSpec):
     def epoch_order(self, epoch: int, start: int = 0) -> np.ndarray:
         schedule = self.schedule(epoch)
         return rank_order(schedule, self.rank, self.world_size, self.drop_last, unit=self.unit, start=start)
+
+    def taken_positions(self, epoch: int, start: int, offset: int, samples: int) -> int:
+        """The slots of this rank's first batches from (``start``, ``offset``) holding ``samples``
+        images: what a plain DataLoader's ``consumed=`` count (images) is in positions."""
+        slots = self.epoch_order(epoch, start)[offset:]
+        images = np.concatenate([[0], np.cumsum(slots != EMPTY)])
+        ends = np.flatnonzero(images == samples)  # a count reached after the last slot of a batch
+        whole = ends[(ends + offset) % self.unit == 0] if samples < images[-1] else ends[-1:]
+        if samples < 0 or not len(whole):
+            raise ResumeError(
+                f"consumed={samples} does not end a batch of this rank's token-budget read: pass the "
+                "images of the whole batches taken from the loader since iter(loader) began"
+            )
+        return int(whole[0])
 
     @property
     def leftovers(self) -> int:

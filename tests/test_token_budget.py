@@ -218,3 +218,26 @@ def test_the_summary_counts_every_sample_and_the_padding_the_read_makes(aspects)
     assert plan["leftovers"] == it.order.leftovers
     assert {cell["seq_len"] for cell in plan["cells"]} == {16, 36}
     assert all(cell["batch"] == 72 // cell["seq_len"] for cell in plan["cells"])
+
+
+def test_a_plain_dataloader_resumes_from_the_images_it_took(aspects):
+    from torch.utils.data import DataLoader
+
+    def labels_of(it):
+        return [labels.tolist() for _, labels in DataLoader(it, batch_size=None, num_workers=2)]
+
+    whole = labels_of(open_iterable(aspects, buckets=BUDGET, seed=7, world_size=2, rank=1))
+    it = open_iterable(aspects, buckets=BUDGET, seed=7, world_size=2, rank=1)
+    taken = []
+    for _, labels in DataLoader(it, batch_size=None, num_workers=2):
+        taken.append(labels.tolist())
+        if len(taken) == 5:
+            break
+    images = sum(len(x) for x in taken)
+    assert images != 5 * BUDGET.slots  # batches of both sizes: images are not slots
+    state = it.state_dict(consumed=images)
+    resumed = open_iterable(aspects, buckets=BUDGET, seed=7, world_size=2, rank=1)
+    resumed.load_state_dict(state)
+    assert taken + labels_of(resumed) == whole
+    with pytest.raises(ResumeError, match="does not end a batch"):
+        it.state_dict(consumed=images + 1)
