@@ -171,14 +171,15 @@ class TokenPlan:
 
 def token_plan(budget: TokenBudget, sizes: np.ndarray) -> TokenPlan:
     """The plan of ``budget`` for samples stored at ``sizes`` ((N, 2) height, width)."""
-    grid_ids = budget.grid_ids(sizes[:, 0], sizes[:, 1])
+    # the grids depend on the stored size alone: work them out once per distinct size
+    size_keys = sizes[:, 0].astype(np.int64) * (int(sizes[:, 1].max(initial=0)) + 1) + sizes[:, 1]
+    distinct, of_sample = np.unique(size_keys, return_index=True, return_inverse=True)[1:]
+    distinct_grids = budget.grid_ids(sizes[distinct, 0], sizes[distinct, 1])
+    radix = np.cumprod([1, *(len(g) for g in budget.grids)])[:-1].astype(np.int64)
+    _, class_of_size = np.unique(distinct_grids @ radix, return_inverse=True)
+    classes = class_of_size.reshape(-1)[of_sample.reshape(-1)].astype(np.int64)
     offsets = np.cumsum([0, *(len(g) for g in budget.grids)])[:-1].astype(np.int64)
-    cell_ids = grid_ids + offsets[None, :]
-    if len(sizes):
-        _, classes = np.unique(grid_ids, axis=0, return_inverse=True)
-        classes = classes.reshape(-1).astype(np.int64)
-    else:
-        classes = np.zeros(0, np.int64)
+    cell_ids = distinct_grids[of_sample.reshape(-1)] + offsets[None, :]
     members = np.bincount(classes, minlength=int(classes.max(initial=-1)) + 1)
     quotas = shares(members, np.asarray(budget.batch_sizes, dtype=np.float64))
     num_cells = len(budget.cells)
@@ -188,7 +189,8 @@ def token_plan(budget: TokenBudget, sizes: np.ndarray) -> TokenPlan:
     for c in range(len(members)):
         np.add.at(counts, cell_ids[first[c]], quotas[c])
     cell_batch = np.asarray([budget.batch_sizes[i] for i, _ in budget.cells], dtype=np.int64)
-    return TokenPlan(cell_ids, classes, quotas, counts, cell_batch)
+    # int32: the plan travels to every DataLoader worker (N x lengths entries)
+    return TokenPlan(cell_ids.astype(np.int32), classes.astype(np.int32), quotas, counts, cell_batch)
 
 
 def shares(members: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -241,3 +241,34 @@ def test_a_plain_dataloader_resumes_from_the_images_it_took(aspects):
     assert taken + labels_of(resumed) == whole
     with pytest.raises(ResumeError, match="does not end a batch"):
         it.state_dict(consumed=images + 1)
+
+
+TOKENS = ("--tokens", "8,72,16:36")  # tests/train_script.py's BUDGET
+
+
+@pytest.mark.slow
+def test_kill_and_resume_trains_on_the_uninterrupted_batches(aspects, tmp_path):
+    """kill -9 mid-epoch, at an epoch's first batch and right after a resume (tests/train_script.py)."""
+    from tests.test_resume import train
+
+    (reference,) = train(aspects, tmp_path / "ref", *TOKENS)
+    per_epoch = len(reference) // 2
+    killed = ("--workers", "2", "--persistent")
+    (resumed,) = train(aspects, tmp_path / "killed", *TOKENS, *killed, kill_at=(3, per_epoch, per_epoch + 1))
+    assert resumed == reference
+    assert {len(step) - 1 for step in reference} == set(BUDGET.batch_sizes)  # [epoch, *sample ids]
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_take_equal_batches_at_every_step_and_resume_after_a_kill(aspects, tmp_path):
+    from tests.test_resume import train
+
+    ranks = ("--world", "2", "--workers", "1")
+    reference = train(aspects, tmp_path / "ref", *TOKENS, *ranks)
+    assert len(reference) == 2 and len(reference[0]) == len(reference[1])
+    assert all(len(a) == len(b) for a, b in zip(*reference))  # one batch size per step on both ranks
+    per_epoch = len(reference[0]) // 2
+    first = {x for rank in reference for step in rank[:per_epoch] for x in step[1:]}
+    assert len(first) == N  # every sample in epoch 0 (a repeat, padding, is its cell's same pixels)
+    resumed = train(aspects, tmp_path / "killed", *TOKENS, *ranks, kill_at=(4,))
+    assert resumed == reference
