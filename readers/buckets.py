@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,13 +34,15 @@ LEFTOVERS = ("pad", "drop")
 class _Buckets:
     """What every bucket option shares: the leftover rule, the group, the offset."""
 
+    leftover_rules: ClassVar[tuple[str, ...]] = LEFTOVERS  # the rules this kind of bucket takes
     leftover: str = "pad"
     group: int | None = None  # batches of one bucket in a row; None: the world size
     random_offset: bool = False
 
     def _check_common(self) -> None:
-        if self.leftover not in LEFTOVERS:
-            raise OptionError(f"buckets leftover={self.leftover!r}; use 'pad' or 'drop'")
+        if self.leftover not in self.leftover_rules:
+            rules = " or ".join(repr(r) for r in self.leftover_rules)
+            raise OptionError(f"buckets leftover={self.leftover!r}; use {rules}")
         if self.group is not None and (
             not isinstance(self.group, int) or isinstance(self.group, bool) or self.group < 1
         ):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,6 +37,8 @@ from readers.geometry import Pair
 class TokenBudget(_Buckets):
     """Batches of ``budget // L`` images at one patch grid of at most L patches, L from ``seq_lens``."""
 
+    leftover_rules: ClassVar[tuple[str, ...]] = ("shrink", "pad", "drop")
+    leftover: str = "shrink"
     patch: int = 16
     budget: int = 4096
     seq_lens: tuple[int, ...] = (64, 144, 256)

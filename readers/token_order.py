@@ -7,9 +7,11 @@ rule), built like the bucketed schedule (readers/bucket_order.py) from the epoch
    is read at varies per epoch, how many samples each cell holds does not;
 2. each cell takes its samples in the epoch's order and cuts them into groups of ``group``
    batches of ``budget // L`` (``group``: default the world size, so every rank reads the same
-   cell at each step); the last, short group of a cell is filled with the cell's own first
-   samples of the epoch (``leftover="pad"``: every sample at least once) or left out (``"drop"``:
-   at most once), as for ``AspectBuckets``;
+   cell and batch size at each step); the last, short group of a cell holds smaller batches
+   (``leftover="shrink"``, the default: ``ceil(rest / group)`` images each, the few missing
+   filled with the cell's own first samples of the epoch, so at most ``group - 1`` repeats per
+   cell and none with ``group=1``), or is filled to full batches that way (``"pad"``), or is
+   left out (``"drop"``: every sample at most once), the last two as for ``AspectBuckets``;
 3. the groups of all cells are interleaved so each cell is spread over the epoch.
 
 Batches have different sizes, but readers/order.py deals every rank whole chunks of one ``unit``:
@@ -91,17 +93,30 @@ class TokenOrder(OrderSpec):
         shift = spread_shifts(self.seed, epoch, len(base), len(plan.counts), self.shuffle)
         pieces: list[np.ndarray] = []
         keys: list[np.ndarray] = []
+        last_batch = self.last_batch
         for c, k in enumerate(self.groups.tolist()):
             if not k:
                 continue
             mine = by_cell[starts[c] : starts[c] + plan.counts[c]]
-            batch = int(plan.cell_batch[c])
-            batches = np.resize(mine, k * self.group * batch).reshape(k * self.group, batch)
+            batch, last = int(plan.cell_batch[c]), int(last_batch[c])
+            full = (k - 1) * self.group * batch  # the last group's batches hold ``last`` images each
+            sizes = np.r_[np.full((k - 1) * self.group, batch), np.full(self.group, last)]
+            taken = np.resize(mine, full + self.group * last)  # padding: the cell's first samples
             slotted = np.full((k * self.group, self.unit), EMPTY, dtype=np.int64)
-            slotted[:, :batch] = batches
+            slotted[np.arange(self.unit) < sizes[:, None]] = taken
             pieces.append(slotted.reshape(k, self.group * self.unit))
             keys.append((np.arange(k) + shift[c]) / k)
         return interleaved(pieces, keys)
+
+    @property
+    def last_batch(self) -> np.ndarray:
+        """Images per batch of each cell's last group: its batch size, or with ``shrink`` what its
+        short group needs, spread evenly (``ceil(rest / group)``, padding at most group - 1)."""
+        plan = self.token_plan
+        if self.leftover != "shrink":
+            return plan.cell_batch
+        rest = plan.counts - (self.groups - 1) * self.group * plan.cell_batch
+        return -(-rest // self.group)
 
     def epoch_order(self, epoch: int, start: int = 0) -> np.ndarray:
         schedule = self.schedule(epoch)
@@ -125,8 +140,10 @@ class TokenOrder(OrderSpec):
     def leftovers(self) -> int:
         """Samples padded (``pad``: repeats) or dropped (``drop``) per epoch."""
         plan = self.token_plan
-        read = int((self.groups * self.group * plan.cell_batch).sum())
-        return abs(read - self.dataset_size)
+        groups = self.groups
+        last = np.where(groups > 0, self.last_batch, 0)
+        read = (np.maximum(groups - 1, 0) * plan.cell_batch + last) * self.group
+        return abs(int(read.sum()) - self.dataset_size)
 
 
 def token_order(budget: TokenBudget, sizes: np.ndarray, order: OrderSpec) -> TokenOrder:
