@@ -78,7 +78,7 @@ class ReadSpec:
     pad_fields: bool = _option(False)  # variable-length fields of a batch as one padded tensor + counts
     min_visibility: float = _option(0.0)  # a box keeping less of its area after a crop is dropped
     # Batches at the images' own aspect ratios (readers/buckets.py, readers/bucket_order.py).
-    buckets: Any = _option(None, ("open_iterable", "dali_loader"))  # dali_loader: its DataLoader path
+    buckets: Any = _option(None, ("open_iterable", "dali_loader"))  # in DALI: readers/dali/buckets.py
     # "torchvision": (image, {"boxes": XYXY, "labels", ...}) samples, list batches (readers/targets.py)
     target: str | None = _option(None, PER_SAMPLE)
     label_offset: int = _option(1, PER_SAMPLE)  # labels = class index + label_offset (0: background)

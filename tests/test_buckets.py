@@ -223,9 +223,7 @@ def test_dali_fallback_gives_the_open_iterable_batches(aspects):
     want = list(make_loader(open_iterable(aspects, **options), num_workers=0))
     assert len(got) == len(want) and len({tuple(i.shape[2:]) for i, _ in got}) > 1
     for (a, la), (b, lb) in zip(got, want):
-        assert torch.equal(la, lb) and torch.equal(a, b)
-    with pytest.raises(OptionError, match="device='dataloader'"):
-        dali_loader(aspects, device="cpu", **options)
+        assert torch.equal(la, lb) and torch.equal(a, b)  # DALI's own pipeline: tests/test_buckets_dali.py
 
 
 def test_bucket_options_are_checked_at_construction(aspects):

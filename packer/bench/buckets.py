@@ -1,6 +1,7 @@
 """Bucketed reads against the square centre crop: img/s, pixels kept, leftovers per epoch.
 
     python -m packer.bench.buckets --n 600 --side 224 --rounds 3 --workers 2
+    python -m packer.bench.buckets --n 600 --side 224 --rounds 3 --workers 2 --dali
 
 Packs two sets into a scratch folder (kept between runs): ImageNet-like JPEGs
 (``scripts/make_bench_data.py``, shorter side 300-500, one in five portrait) and a set of 16:9 and
@@ -8,6 +9,8 @@ Packs two sets into a scratch folder (kept between runs): ImageNet-like JPEGs
 ``resize=side, crop=side`` (same output area, same workers, batch 64), alternating, median of
 ``--rounds`` epochs each; prints the ratio, the mean fraction of each image kept by each read on
 both sets, and the samples padded per epoch for 1 and 8 ranks. Numbers vary with the machine's load.
+``--dali`` reads both through ``dali_loader(device="cpu")``'s DALI pipeline instead (``--workers``
+DALI threads): the bucketed read resizes each sample's window to its bucket in DALI.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from packer.engine import pack_folder
 from packer.preprocess import PreprocessSpec
 from readers import AspectBuckets, make_loader, open_iterable
 from readers.bucket_plan import sample_sizes, summary
+from readers.dali import dali_loader
 from readers.formats import open_reader
 
 BATCH = 64
@@ -59,6 +63,15 @@ def epoch_rate(path: Path, workers: int, **options: Any) -> float:
     return count / (time.perf_counter() - start)
 
 
+def dali_epoch_rate(path: Path, threads: int, **options: Any) -> float:
+    loader = dali_loader(path, batch_size=BATCH, seed=0, device="cpu", num_threads=threads, **options)
+    batches = iter(loader)
+    next(batches)  # the pipeline built, first batch out of the timing
+    start = time.perf_counter()
+    count = sum(len(images) for images, _ in batches)
+    return count / (time.perf_counter() - start)
+
+
 def main(argv: list[str] | None = None) -> None:
     from scripts.make_bench_data import make_bench_folder  # the bench photo maker (a script)
 
@@ -67,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--side", type=int, default=224)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--dali", action="store_true", help="read through DALI's CPU pipeline")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/imgpack-bench-buckets"))
     args = parser.parse_args(argv)
     folder = make_bench_folder(args.dir / "photos", n=args.n, classes=10, seed=0)
@@ -74,13 +88,16 @@ def main(argv: list[str] | None = None) -> None:
     wide = packed(widescreen_folder(args.dir / "wide", args.n // 4), args.dir / "wide.lmdb")
     buckets = AspectBuckets(area=args.side**2, multiple=32)
     rates: dict[str, list[float]] = {"buckets": [], "square": []}
+    rate = dali_epoch_rate if args.dali else epoch_rate
     for r in range(args.rounds):
         order = ("buckets", "square") if r % 2 == 0 else ("square", "buckets")
         for name in order:
             options = {"buckets": buckets} if name == "buckets" else {"resize": args.side, "crop": args.side}
-            rates[name].append(epoch_rate(photos, args.workers, **options))
+            rates[name].append(rate(photos, args.workers, **options))
     ratios = [b / s for b, s in zip(rates["buckets"], rates["square"])]
     setup = f"batch {BATCH}, {args.workers} workers, ~{args.side}^2 px out"
+    if args.dali:
+        setup = f"DALI CPU pipeline, batch {BATCH}, {args.workers} threads, ~{args.side}^2 px out"
     print(f"read, {args.n} ImageNet-like JPEGs, {setup}:")
     for name, values in rates.items():
         rounds = [round(v) for v in values]

@@ -180,6 +180,16 @@ class BatchFeed:
         return records, self.plan(records, self.batch_indices(epoch, i), epoch)
 
     @property
+    def window_first(self) -> bool:
+        """The pipeline cuts each sample's window from the stored image (on decode), then resizes."""
+        return self.random_crop is not None
+
+    @property
+    def identity(self) -> dict[str, str]:
+        """What a resume state must match besides the dataset and the order (readers/dali/buckets.py)."""
+        return {}
+
+    @property
     def output_names(self) -> list[str]:
         """Outputs of the DALI callback, in order."""
         names = ["data", "labels"]

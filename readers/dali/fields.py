@@ -110,6 +110,8 @@ class DaliFields:
     def __init__(self, plan: FieldPlan, assembler: BatchAssembler, stored: Mapping[str, str]):
         self.plan = plan  # built as open_iterable builds it (readers.record_stream.field_plan)
         self.assembler = assembler  # its geometry only
+        # the geometry column's window is in stored pixels (a RandomResizedCrop's, or a bucket's)
+        self.windowed = assembler.augment.crop is not None
         # The stored fields the feed carries: those the plan hands out (boxes among them).
         self.schema = {n: stored[n] for n in plan.names if n in stored}
 
@@ -127,6 +129,5 @@ class DaliFields:
             records.append(Record(b"", -1, g[0], g[1], 0, "raw", fields))
         params = None
         if self.plan.wants_geometry:
-            random_crop = self.assembler.augment.crop is not None
-            params = [(tuple(g[2:6]) if random_crop else None, bool(g[6])) for g in geo]
+            params = [(tuple(g[2:6]) if self.windowed else None, bool(g[6])) for g in geo]
         return {"label": labels, **as_tensors(batch_fields(self.plan, self.assembler, records, params))}

@@ -65,6 +65,8 @@ from typing import Any
 import torch
 
 from readers.batch import BatchAssembler
+from readers.bucket_plan import check_bucket_state
+from readers.dali.buckets import bucketed
 from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
 from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
@@ -204,10 +206,11 @@ class DaliLoader:
         return make_state(advance(order, start, taken), order, self._identity())
 
     def _identity(self) -> dict[str, Any]:
-        return {"dataset": self.feed.reader.manifest.sample_identity()}
+        return {"dataset": self.feed.reader.manifest.sample_identity(), **self.feed.identity}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state``: the next iteration yields the rest of that epoch."""
+        check_bucket_state(state, self.feed.identity, str(self.feed.path))
         point = check_state(state, self.feed.order, False, self._identity(), str(self.feed.path))
         if point.offset:
             raise ResumeError("the DALI loader resumes at batch boundaries; this state is mid-batch")
@@ -408,11 +411,6 @@ def dali_loader(
     if (mean is None) != (std is None):
         raise OptionError("pass mean and std together (pixel units, one value per channel)")
     chosen = select_path(device)
-    if spec.buckets is not None and chosen != "dataloader":
-        raise OptionError(
-            f"buckets= runs on dali_loader's DataLoader path, not in DALI ({chosen}): pass "
-            "device='dataloader'"
-        )
     if chosen == "dataloader" and device == "auto":
         _notice(chosen, f"NVIDIA DALI is not installed; {INSTALL_HINT} for GPU decoding", logging.WARNING)
     else:
@@ -449,6 +447,8 @@ def dali_loader(
         fields=fields.schema if fields is not None else None,
     )
     feed._reader = reader  # this process's reader (workers open their own)
+    if spec.buckets is not None:  # one bucket per batch, each sample resized to it in DALI
+        feed, fields = bucketed(feed, spec, plan)
     if chosen == "dali-gpu" and device_id is None:
         device_id = default_device_id()
     return DaliLoader(

@@ -51,7 +51,7 @@ def build_pipeline(
     )
     pixels = feed.encoding in PIXEL_ENCODINGS
     gray = feed.channels == 1
-    random_crop = feed.random_crop is not None
+    window_first = feed.window_first  # the window is cut from the stored image, then resized
     names = feed.output_names
     spec = {  # name: (dtype, ndim, layout) of each external_source output
         "data": (types.UINT8, 3 if pixels else 1, "HWC" if pixels else ""),
@@ -81,7 +81,7 @@ def build_pipeline(
         data, labels = out["data"], out["labels"]
         if pixels:
             images = data.gpu() if gpu else data
-            if random_crop:
+            if window_first:
                 images = fn.slice(images, out["anchor"], out["shape"], **window)
         else:
             decode_args = {
@@ -91,12 +91,12 @@ def build_pipeline(
             }
             if gpu:
                 decode_args["jpeg_fancy_upsampling"] = True
-            if random_crop:  # decode only the window's region
+            if window_first:  # decode only the window's region
                 images = fn.decoders.image_slice(data, out["anchor"], out["shape"], **window, **decode_args)
             else:
                 images = fn.decoders.image(data, **decode_args)
         resize = {"interp_type": types.INTERP_LINEAR, "antialias": True}
-        if feed.resize is not None:
+        if "sizes" in out:  # resize=, or each sample's bucket (readers/dali/buckets.py)
             images = fn.resize(images, size=out["sizes"], **resize)
         if feed.random_crop is not None:
             images = fn.resize(images, size=[float(v) for v in feed.random_crop.out], **resize)
