@@ -203,6 +203,8 @@ def test_dali_fallback_gives_the_open_iterable_batches(aspects):
     assert len(got) == len(want) and len({len(labels) for _, labels in got}) > 2
     for (a, la), (b, lb) in zip(got, want):
         assert torch.equal(la, lb) and torch.equal(a, b)
+    with pytest.raises(OptionError, match="device='dataloader'"):  # not DALI's own pipeline (yet)
+        dali_loader(aspects, batch_size=BUDGET.slots, device="cpu", **options)
 
 
 @pytest.fixture(scope="module")
