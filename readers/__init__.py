@@ -19,6 +19,7 @@ _EXPORTS = {
     "RandomResizedCrop": "readers.geometry",
     "AspectBuckets": "readers.buckets",
     "BucketList": "readers.buckets",
+    "TokenBudget": "readers.token_budget",
     "PackedIterable": "readers.iterable",
     "ReadSpec": "readers.spec",
     "OptionError": "readers.errors",

@@ -17,7 +17,7 @@ import numpy as np
 
 from readers.batch import BatchAssembler, Geometry, Params
 from readers.boxes import SampleGeometry, geometry_for_window
-from readers.buckets import Buckets, cover_window
+from readers.buckets import _Buckets, cover_window
 from readers.geometry import Augment, sample_uniforms
 from readers.record import Record
 
@@ -34,8 +34,9 @@ class BucketAugment(Augment):
 
 
 class BucketAssembler(BatchAssembler):
-    def __init__(self, buckets: Buckets, layout: str = "CHW", decode_threads: int = 0, fast_dct: bool = False,
-                 dct_scaling: bool = True, flip: float = 0.0, seed: int = 0):  # fmt: skip
+    def __init__(self, buckets: _Buckets, layout: str = "CHW", decode_threads: int = 0,
+                 fast_dct: bool = False, dct_scaling: bool = True, flip: float = 0.0,
+                 seed: int = 0):  # fmt: skip
         super().__init__(layout, None, None, decode_threads, fast_dct, dct_scaling, flip, seed)
         self.buckets = buckets
         self.sizes = buckets.sizes

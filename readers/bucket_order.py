@@ -38,7 +38,7 @@ from readers.order import OrderSpec, global_order, rank_order
 BUCKET_STREAM = 0x4255434B  # "BUCK": the spread's draws apart from the epoch's order
 
 
-def bucket_groups(counts: np.ndarray, group_size: int, leftover: str) -> np.ndarray:
+def bucket_groups(counts: np.ndarray, group_size: int | np.ndarray, leftover: str) -> np.ndarray:
     """Groups of ``group_size`` samples each bucket forms in an epoch (the leftover rule applied)."""
     if leftover == "drop":
         return counts // group_size

@@ -17,6 +17,8 @@ from readers.bucket_order import BucketOrder, bucket_groups, carry_length
 from readers.buckets import Buckets, kept_fraction, square_kept_fraction
 from readers.order import OrderSpec
 from readers.resume import ResumeError
+from readers.token_budget import TokenBudget
+from readers.token_order import TokenOrder, token_order
 
 SCAN_BLOCK = 1024
 
@@ -31,8 +33,13 @@ def sample_sizes(reader: Any) -> np.ndarray:
     return out
 
 
-def bucket_order(buckets: Buckets, sizes: np.ndarray, order: OrderSpec, batch: int) -> BucketOrder:
-    """``order`` (the spec's, for ``sizes`` samples) as the bucketed schedule of ``batch`` batches."""
+def bucket_order(
+    buckets: Buckets | TokenBudget, sizes: np.ndarray, order: OrderSpec, batch: int
+) -> OrderSpec:
+    """``order`` (the spec's, for ``sizes`` samples) as the bucketed schedule of ``batch`` batches
+    (a token budget: its own batch sizes, readers/token_order.py)."""
+    if isinstance(buckets, TokenBudget):
+        return token_order(buckets, sizes, order)
     ids = buckets.assign(sizes[:, 0], sizes[:, 1])
     group = buckets.group if buckets.group is not None else order.world_size
     return BucketOrder(
@@ -74,7 +81,7 @@ def summary(buckets: Buckets, sizes: np.ndarray, batch: int, world_size: int = 1
 
 def bucket_identity(spec: Any, order: OrderSpec) -> dict[str, str]:
     """What a resume state of a bucketed read must match besides the order (none unbucketed)."""
-    if spec.buckets is None or not isinstance(order, BucketOrder):
+    if spec.buckets is None or not isinstance(order, (BucketOrder, TokenOrder)):
         return {}
     return {"buckets": spec.buckets.key(order.group)}
 

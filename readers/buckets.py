@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -34,13 +34,15 @@ LEFTOVERS = ("pad", "drop", "carry")
 class _Buckets:
     """What every bucket option shares: the leftover rule, the group, the offset."""
 
+    leftover_rules: ClassVar[tuple[str, ...]] = LEFTOVERS  # the rules this kind of bucket takes
     leftover: str = "pad"
     group: int | None = None  # batches of one bucket in a row; None: the world size
     random_offset: bool = False
 
     def _check_common(self) -> None:
-        if self.leftover not in LEFTOVERS:
-            raise OptionError(f"buckets leftover={self.leftover!r}; use 'pad', 'drop' or 'carry'")
+        if self.leftover not in self.leftover_rules:
+            rules = " or ".join(repr(r) for r in self.leftover_rules)
+            raise OptionError(f"buckets leftover={self.leftover!r}; use {rules}")
         if self.group is not None and (
             not isinstance(self.group, int) or isinstance(self.group, bool) or self.group < 1
         ):
@@ -53,6 +55,13 @@ class _Buckets:
     def assign(self, heights: np.ndarray, widths: np.ndarray) -> np.ndarray:
         """The bucket (index into ``sizes``) of each stored size: nearest in log aspect ratio."""
         return bucket_of(self.sizes, heights, widths)
+
+    def batch_slots(self, batch_size: int | None) -> int | None:
+        """The spec's batch size with this option: as given (a token budget sets its own)."""
+        return batch_size
+
+    def check_spec(self, spec: Any) -> None:
+        """Refuse reading options this kind of bucket cannot honour (none here)."""
 
     def key(self, group: int) -> str:
         """What a resume state must match: the sizes, the rule and the group."""
@@ -115,9 +124,9 @@ class BucketList(_Buckets):
 Buckets = AspectBuckets | BucketList
 
 
-def as_buckets(value: object) -> Buckets:
+def as_buckets(value: object) -> Any:
     """``buckets=`` as a bucket object: AspectBuckets / BucketList as given, a list as a BucketList."""
-    if isinstance(value, (AspectBuckets, BucketList)):
+    if isinstance(value, _Buckets):  # AspectBuckets, BucketList, readers.token_budget.TokenBudget
         return value
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         return BucketList(bucket_sizes=tuple(value))  # type: ignore[arg-type]
@@ -168,11 +177,12 @@ def square_kept_fraction(stored: Pair) -> float:
     return min(stored) ** 2 / (stored[0] * stored[1])
 
 
-def checked_buckets(value: object, spec: Any) -> Buckets:
+def checked_buckets(value: object, spec: Any) -> Any:
     """``buckets=`` checked against the other reading options of ``spec`` (a ReadSpec)."""
     buckets = as_buckets(value)
     if spec.crop is not None or spec.resize is not None:
         raise OptionError(
             "buckets= resizes each image to cover its bucket and crops the least: drop crop= and resize="
         )
+    buckets.check_spec(spec)
     return buckets

@@ -267,6 +267,11 @@ class OrderSpec:
         total = epoch_total(self.num_samples, self.world_size, self.drop_last, unit=self.unit, start=start)
         return total // self.world_size
 
+    def taken_positions(self, epoch: int, start: int, offset: int, samples: int) -> int:
+        """Positions this rank has read once it has taken ``samples`` samples of ``epoch`` from
+        (``start``, ``offset``): the same number here; a slotted order counts its empty slots."""
+        return samples
+
     def position_after(self, chunks: int, start: int = 0) -> int:
         """Global position once every rank has taken ``chunks`` chunks of ``unit`` since ``start``."""
         return consumed_position(

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from readers.batch import BatchAssembler
-from readers.bucket_batch import BucketAssembler
 from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
 from readers.order import OrderSpec
@@ -31,6 +30,8 @@ from readers.stream import EpochStream
 from readers.targets import KEY as TARGETS_KEY
 from readers.targets import DetectionTarget, received, with_fields
 from readers.targets import sample as detection_sample
+from readers.token_batch import bucket_assembler
+from readers.token_order import EMPTY, TokenOrder
 from readers.whole_batch import whole_batch
 
 
@@ -60,8 +61,7 @@ class RecordStream(EpochStream):
             spec.seed,
         )
         if spec.buckets is not None:
-            self.assembler = BucketAssembler(spec.buckets, spec.layout, spec.decode_threads, spec.fast_dct,
-                                             spec.dct_scaling, float(spec.flip), spec.seed)  # fmt: skip
+            self.assembler = bucket_assembler(spec, order)
         self.fields = field_plan(spec, self.field_schemas(), self.where_fields(), self.dataset_names())
         self.targets = target_plan(spec, self.field_schemas(), self.where_fields())
         self.order = order
@@ -127,6 +127,9 @@ class RecordStream(EpochStream):
         """(positions to read, how many of them count as read) for span [a, b): with ``pad_last``
         a short last batch is filled by wrapping around this rank's order of the epoch (from its
         start, so a resumed pass pads like an uninterrupted one); the padding is not counted."""
+        if isinstance(self.order, TokenOrder):  # a batch smaller than its slots leaves them EMPTY
+            chunk = positions[a:b]
+            return chunk[chunk != EMPTY], b - a
         if self.spec.pad_last and self.batch_size is not None and b - a < self.batch_size:
             wrap = np.resize(self.order.epoch_order(epoch), self.batch_size - (b - a))
             return np.concatenate([positions[a:b], wrap]), b - a

@@ -123,6 +123,7 @@ class ReadSpec:
         self._check_fields()
         if self.buckets is not None:
             set_(self, "buckets", checked_buckets(self.buckets, self))
+            set_(self, "batch_size", self.buckets.batch_slots(self.batch_size))  # a TokenBudget sets it
         check_target(self.target, self.label_offset, self.layout, self.decode)
         if self.masks and self.target is None:
             raise OptionError("masks=True adds masks to target='torchvision' targets: also pass target=")

@@ -144,7 +144,8 @@ class EpochStream(IterableDataset):
                 )
             return self._state(self._pending_resume() or self._start_point())
         start = self._pending_resume() or self._start_point()
-        return self._state(advance(self.order, start, int(consumed)))
+        taken = self.order.taken_positions(start.epoch, start.position, start.offset, int(consumed))
+        return self._state(advance(self.order, start, taken))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state`` (from ``state_dict`` or ``loader.state_dict()``): the next

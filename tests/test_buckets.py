@@ -38,6 +38,11 @@ def stored_size_of(label: int) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def aspects(tmp_path_factory) -> Path:
+    return pack_aspects(tmp_path_factory)
+
+
+def pack_aspects(tmp_path_factory) -> Path:
+    """The set packed to LMDB: one folder (class) per image, the images at SHAPES."""
     src = tmp_path_factory.mktemp("aspects")
     rng = np.random.default_rng(0)
     for index in range(sum(SHAPES.values())):
@@ -182,6 +187,11 @@ def test_per_sample_path_follows_the_buckets(aspects):
 
 @pytest.fixture(scope="module")
 def coco_lmdb(tmp_path_factory) -> Path:
+    return pack_coco(tmp_path_factory)
+
+
+def pack_coco(tmp_path_factory) -> Path:
+    """80 COCO images with drawn rectangles as boxes (tests/cocodata.py), to LMDB in source order."""
     coco = make_coco(tmp_path_factory.mktemp("coco"), count=80, empty=2)
     out = tmp_path_factory.mktemp("coco-lmdb") / "ds"
     result = CliRunner().invoke(main, coco_pack_args(coco, "lmdb", out, "--order", "source", "-q"))

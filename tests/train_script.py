@@ -2,7 +2,7 @@
 
     python tests/train_script.py DATASET OUT --mode batch|sample --workers 2 --persistent
         --epochs 2 --kill-at 5 11 [--world 2] [--resume-from rank0.pt] [--auto-epoch]
-        [--buckets AREA,MULTIPLE[,GROUP[,LEFTOVER]]] [--mix-with DATASET2]
+        [--buckets AREA,MULTIPLE[,GROUP[,LEFTOVER]]] [--mix-with DATASET2] [--tokens PATCH,BUDGET,L1:L2...]
 
 Each step records the identity (sha1 of the pixels) of every sample it trained on; the checkpoint
 (model, optimiser, loader state, step, the record so far) is written atomically after the step.
@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from readers import AspectBuckets, make_loader, mix, open_iterable  # noqa: E402
+from readers import AspectBuckets, TokenBudget, make_loader, mix, open_iterable  # noqa: E402
 
 BATCH = 4
 
@@ -50,6 +50,10 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
             area=int(area), multiple=int(multiple), group=int(group) if group else None,
             leftover=leftover or "pad",
         )
+    if args.tokens:  # PATCH,BUDGET,L1:L2...: a token-budget read (readers/token_budget.py), its own sizes
+        patch, budget, lens = args.tokens.split(",")
+        lengths = tuple(int(n) for n in lens.split(":"))
+        batch_options = {"buckets": TokenBudget(patch=int(patch), budget=int(budget), seq_lens=lengths)}
     options = dict(seed=3, block_size=4, buffer_size=16, **batch_options)
     if args.mix_with:
         it = mix([args.dataset, args.mix_with], **options)
@@ -118,6 +122,7 @@ def main() -> None:
     parser.add_argument("--auto-epoch", action="store_true")
     parser.add_argument("--buckets", default=None)
     parser.add_argument("--mix-with", default=None)
+    parser.add_argument("--tokens", default=None)
     args = parser.parse_args()
     os.environ.pop("RANK", None)
     os.environ.pop("WORLD_SIZE", None)

@@ -30,7 +30,9 @@ from readers.bucket_plan import bucket_order, sample_sizes
 from readers.buckets import Buckets
 from readers.dali.feed import BatchFeed, Plan
 from readers.dali.fields import OUTPUTS, DaliFields
+from readers.errors import OptionError
 from readers.record import Record
+from readers.token_budget import TokenBudget
 
 if TYPE_CHECKING:
     import os
@@ -90,7 +92,13 @@ def bucketed(feed: BatchFeed, spec: ReadSpec, plan: FieldPlan | None) -> tuple[B
     """``feed`` (dali_loader's, unbucketed) as the bucketed read of ``spec.buckets``, and the
     ``fields=`` targets of ``plan`` moved by the bucket geometry."""
     assert spec.buckets is not None
+    if isinstance(spec.buckets, TokenBudget):
+        raise OptionError(
+            "buckets=TokenBudget(...) runs on dali_loader's DataLoader path, not in DALI (its batches "
+            "change size with L): pass device='dataloader'"
+        )
     order = bucket_order(spec.buckets, sample_sizes(feed.reader), feed.order, feed.batch_size)
+    assert isinstance(order, BucketOrder)  # a TokenBudget is refused above
     bucket_feed = BucketFeed(
         feed.path, order, feed.batch_size, spec.buckets, feed.last_batch, flip=feed.augment.flip,
         reader_options=feed.reader_options, fields=feed.fields,
