@@ -117,6 +117,13 @@ def mix_bucket_order(
 ) -> MixBucketOrder:
     """The bucketed order of a mix: ``buckets`` (a ``readers.buckets`` option), ``sizes`` each
     dataset's stored (height, width) per sample, ``order`` the mix's unbucketed order."""
+    from readers.token_budget import TokenBudget
+
+    if isinstance(buckets, TokenBudget):
+        raise OptionError(
+            "mix(buckets=TokenBudget(...)) is not supported: a token budget reads one dataset "
+            "(open_iterable); give mix AspectBuckets(...) or a list of (H, W) buckets"
+        )
     if buckets.leftover == "carry":
         raise OptionError(
             "mix(buckets=...) takes leftover='pad' or 'drop': a mix's buckets change by epoch, so "

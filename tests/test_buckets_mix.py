@@ -186,6 +186,13 @@ def test_carry_is_refused_in_a_mix(packs):
         mixed(packs, buckets=AspectBuckets(area=32 * 32, multiple=8, leftover="carry"))
 
 
+def test_a_token_budget_is_refused_in_a_mix(packs):
+    from readers import TokenBudget
+
+    with pytest.raises(OptionError, match="TokenBudget"):
+        mixed(packs, buckets=TokenBudget(patch=8, budget=256, seq_lens=(16, 32)))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["batch", "sample"])
 def test_kill_and_resume_trains_on_the_uninterrupted_batches(packs, tmp_path, mode):
