@@ -132,7 +132,7 @@ def test_every_block_is_run_or_says_why_not():
 
 def is_benchmark(block: Block) -> bool:
     """Benchmark reproductions: each runs as its own test (they start many fresh processes)."""
-    words = ("pack bench", "scripts/scaling.py", "make_bench_data.py", "packer.bench.")
+    words = ("pack bench", "packer/bench/suites/scaling.py", "make_bench_data.py", "packer.bench.")
     return any(word in block.code for word in words)
 
 

@@ -8,7 +8,7 @@ packer, so the S3 rows are a lower bound of what a real object store gives).
 
 Usage::
 
-    python scripts/bench_remote_pack.py --n 400 --to tar --resize 256 --workers 2
+    pack bench run remote_pack --n 400 --to tar --resize 256 --workers 2
 """
 
 from __future__ import annotations
@@ -22,12 +22,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from packer.engine import pack_folder  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
-from scripts.make_bench_data import make_bench_folder  # noqa: E402
-from tests.s3server import free_port  # noqa: E402
+from packer.bench.bench_data import make_bench_folder
+from packer.bench.s3server import free_port
+from packer.engine import pack_folder
+from packer.preprocess import PreprocessSpec
 
 if TYPE_CHECKING:
     import s3fs

@@ -10,7 +10,7 @@ pass counts), so worker start-up does not blur the ratio. Rounds alternate the o
 images/s of each and their ratio are printed, and the CPU time per image of the loader and its
 workers together: on a machine loaded by others that ratio holds where the images/s do not.
 
-    python scripts/bench_fields.py --images 1000 --rounds 3
+    pack bench run fields --images 1000 --rounds 3
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Workers are persistent (as in training). Also time to first batch (from building
 starting the workers included) and the peak memory of the loader's process tree (packer.bench's
 harness: the same timer and sampler as ``pack bench``).
 
-    python scripts/bench_readers.py --n 2000
+    pack bench run read_paths --n 2000
 """
 
 from __future__ import annotations
@@ -23,19 +23,16 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import simplejpeg
+from torch.utils.data import DataLoader
 
-import simplejpeg  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
-from packer.bench.baseline import collate_list  # noqa: E402
-from packer.bench.contenders import batch_path, sample_path  # noqa: E402
-from packer.bench.harness import MemorySampler, time_epochs  # noqa: E402
-from packer.bench.prepare import ensure_packed  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
-from readers import DeterministicSampler, open_dataset  # noqa: E402
-from scripts.make_bench_data import make_bench_folder  # noqa: E402
+from packer.bench.baseline import collate_list
+from packer.bench.bench_data import make_bench_folder
+from packer.bench.contenders import batch_path, sample_path
+from packer.bench.harness import MemorySampler, time_epochs
+from packer.bench.prepare import ensure_packed
+from packer.preprocess import PreprocessSpec
+from readers import DeterministicSampler, open_dataset
 
 _BLOBS: list[bytes] = []
 

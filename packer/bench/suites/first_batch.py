@@ -8,7 +8,7 @@ fresh process that imports first). Checkouts (``--code``, a repository root put 
 PYTHONPATH) take turns, round after round, and the median is reported, so load from other users
 of the machine falls on all of them alike.
 
-    python scripts/bench_first_batch.py W_jpeg.lmdb --code . --code /path/to/other/checkout --rounds 5
+    pack bench run first_batch W_jpeg.lmdb --code . --code /path/to/other/checkout --rounds 5
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from packer.bench.harness import CODE_ROOT
 
 CHILD = """
 import sys, time
@@ -54,7 +56,7 @@ def main() -> None:
     parser.add_argument("--code", action="append", type=Path, help="a checkout to time (repeatable)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    codes = [c.resolve() for c in (args.code or [Path(__file__).resolve().parent.parent])]
+    codes = [c.resolve() for c in (args.code or [CODE_ROOT])]
     times: dict[Path, list[float]] = {c: [] for c in codes}
     for r in range(args.rounds):
         for code in codes if r % 2 == 0 else codes[::-1]:

@@ -16,11 +16,11 @@ made with the same parameters, nothing is regenerated.
 
 Usage::
 
-    python scripts/make_bench_data.py --n 2000 --classes 10 --out /tmp/bench_folder
+    pack bench run bench_data --n 2000 --classes 10 --out /tmp/bench_folder
 
 From Python (the repository root on ``sys.path``)::
 
-    from scripts.make_bench_data import make_bench_folder
+    from packer.bench.bench_data import make_bench_folder
     make_bench_folder(Path("/tmp/bench"), n=200, classes=4, seed=0)
 """
 

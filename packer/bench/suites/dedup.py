@@ -1,9 +1,9 @@
 """Benchmarks of the per-sample hashes: near-duplicate recall, ``pack overlap`` at scale, and
 what hashing adds to ``pack imagefolder``.
 
-    python -m packer.bench.dedup recall --distinct 300      # planted set: imgpack's hash vs imagehash pHash
-    python -m packer.bench.dedup overlap --big 1000000 --small 50000
-    python -m packer.bench.dedup cost --images 400 --rounds 3
+    pack bench run dedup recall --distinct 300      # planted set: imgpack's hash vs imagehash pHash
+    pack bench run dedup overlap --big 1000000 --small 50000
+    pack bench run dedup cost --images 400 --rounds 3
 
 ``recall``: every distinct image (packer/bench/planted.py) and one copy per edit kind, hashed
 as a pack hashes (``preprocess_file``, --resize 256) and by ``imagehash.phash`` of the decoded
@@ -176,7 +176,7 @@ def per_image_share(repeats: int = 300) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m packer.bench.dedup", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     r = sub.add_parser("recall", help="near-duplicate recall on a planted set, beside imagehash's pHash")
     r.add_argument("--distinct", type=int, default=300, help="distinct images (the photos, then synthetic)")

@@ -10,8 +10,8 @@ Reported: peak RSS growth over the process after its imports (``ru_maxrss``; it 
 of the scan's memory-mapped table that were touched), peak anonymous memory growth (RssAnon,
 sampled every 5 ms: the process's own memory), and PSS at the end.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/bench_scan_memory.py --sizes 20000 200000 1000000
-    PYTHONPATH=$PWD .venv/bin/python scripts/bench_scan_memory.py --code /work/main   # another checkout
+    pack bench run scan_memory --sizes 20000 200000 1000000
+    pack bench run scan_memory --code /work/main   # another checkout
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from packer.bench.harness import CODE_ROOT
 
 CLASSES = 100
 PER_DIR = 1000  # files per sub-folder inside a class, so folders stay of a realistic size
@@ -133,7 +135,7 @@ def main() -> None:
     parser.add_argument(
         "--code",
         type=Path,
-        default=Path(__file__).resolve().parent.parent,
+        default=CODE_ROOT,
         help="checkout whose packer is measured (default: this one)",
     )
     parser.add_argument("--dir", type=Path, default=None, help="where the trees go (default: /tmp)")

@@ -6,14 +6,13 @@ empty images), ``--samples`` samples in parts of ``--per-part``. Then, in a fres
 DataLoader worker is), opens the reader and loads the index of every part (what a worker that
 touches every part holds), and reports the RSS growth and the Python objects created, per sample.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/bench_reader_index_memory.py --samples 1000000
+    pack bench run reader_index_memory --samples 1000000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,13 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from readers.formats.hdf5.reader import MANIFEST_ATTR  # noqa: E402
-from readers.formats.hdf5.reader import shard_name as h5_name  # noqa: E402
-from readers.formats.tar.reader import format_index, index_name, sample_key, shard_name  # noqa: E402
-from readers.manifest import Manifest, Shard, write_manifest  # noqa: E402
+from packer.bench.harness import CODE_ROOT, code_env
+from readers.formats.hdf5.reader import MANIFEST_ATTR
+from readers.formats.hdf5.reader import shard_name as h5_name
+from readers.formats.tar.reader import format_index, index_name, sample_key, shard_name
+from readers.manifest import Manifest, Shard, write_manifest
 
 CHILD = r"""
 import gc, json, sys
@@ -99,13 +96,13 @@ def main() -> None:
     parser.add_argument("--formats", nargs="+", default=["tar", "hdf5"], choices=["tar", "hdf5"])
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="imgpack-readermem-"))
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = code_env()
     try:
         for n in args.samples:
             for fmt in args.formats:
                 root = work / f"{fmt}-{n}"
                 (make_tar if fmt == "tar" else make_hdf5)(root, n, args.per_part)
-                proc = subprocess.run([sys.executable, "-c", CHILD, str(root)], env=env, cwd=REPO,
+                proc = subprocess.run([sys.executable, "-c", CHILD, str(root)], env=env, cwd=CODE_ROOT,
                                       capture_output=True, text=True, check=True)  # fmt: skip
                 row = json.loads(proc.stdout.splitlines()[-1])
                 print(

@@ -1,6 +1,6 @@
 """Many ranks, many samples: a synthetic pack of tiny images read by a real gloo group.
 
-    python -m packer.bench.many_ranks --samples 100000,1280000 --formats lmdb,hdf5 \\
+    pack bench run many_ranks --samples 100000,1280000 --formats lmdb,hdf5 \\
         --ranks 16 --resume-ranks 12 --workers 2
 
 For each (format, size) a pack of ``samples`` 16x16 JPEGs is made (a few hundred distinct
@@ -280,7 +280,7 @@ def table_row(r: Result) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     about = (__doc__ or "").splitlines()[0]
-    parser = argparse.ArgumentParser(prog="python -m packer.bench.many_ranks", description=about)
+    parser = argparse.ArgumentParser(description=about)
     parser.add_argument("--samples", default="100000,1280000", help="pack sizes, comma-separated")
     parser.add_argument("--formats", default="lmdb,hdf5", help="formats, comma-separated")
     parser.add_argument("--ranks", type=int, default=16)

@@ -1,7 +1,7 @@
 """Coverage-guided fuzzing of the JPEG window decoder (csrc/) with atheris, for a bounded time.
 
-    python scripts/fuzz_jpegwindow.py --seconds 1800 --work fuzz-work
-    python scripts/fuzz_jpegwindow.py --work fuzz-work --reproduce fuzz-work/crash-...   # one input
+    python -m tests.fuzz_jpegwindow --seconds 1800 --work fuzz-work
+    python -m tests.fuzz_jpegwindow --work fuzz-work --reproduce fuzz-work/crash-...   # one input
 
 Builds the extension into ``--work`` with AddressSanitizer + UBSan and gcc's basic-block coverage
 (csrc/fuzz/coverage.c hands the counters to atheris's libFuzzer), restarts itself with libasan
@@ -25,17 +25,15 @@ import sys
 import sysconfig
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.jpeg_corpus import jpeg_size, seeds, window_params  # noqa: E402
-from tests.jpeg_differential import (  # noqa: E402
+from tests.jpeg_corpus import jpeg_size, seeds, window_params
+from tests.jpeg_differential import (
     ROOT,
     SANITIZER_FLAGS,
     build_extension,
     gcc_runtime,
     install_extension,
 )
-from tests.jpeg_variants import build_tool, variants  # noqa: E402
+from tests.jpeg_variants import build_tool, variants
 
 SLOTS = 65536  # csrc/fuzz/coverage.c's IMGPACK_COV_SLOTS
 
@@ -144,11 +142,13 @@ def main() -> None:
         "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, __file__, "--seconds", str(args.seconds), "--work", str(work), "--so", str(so)]
+    command = [sys.executable, "-m", "tests.fuzz_jpegwindow", "--seconds", str(args.seconds)]
+    command += ["--work", str(work)]
+    command += ["--so", str(so)]
     if args.reproduce:
         command += ["--reproduce", *map(os.path.abspath, args.reproduce)]
     with open(work / "fuzz.log", "w") as log:
-        done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        done = subprocess.run(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     print(json.dumps(summary((work / "fuzz.log").read_text(errors="replace"), done.returncode, work)))
     sys.exit(done.returncode)
 

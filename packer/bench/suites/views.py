@@ -11,7 +11,7 @@ view/parent of samples per CPU second of the process (see MIN_CPU_S). Also count
 reads per batch (``counting``: one per run of near indices; a view read position by position
 would make one per sample), the seconds ``split_views`` takes and the bytes of a view.
 
-    python -m packer.bench.views --samples 4000 --rounds 7 --formats lmdb,tar,hdf5,tfrecord,bmp
+    pack bench run views --samples 4000 --rounds 7 --formats lmdb,tar,hdf5,tfrecord,bmp
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m packer.bench.views", description=__doc__.split("\n\n")[0]
+        description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--samples", type=int, default=4000, help="Images in the synthetic dataset.")
     parser.add_argument("--size", type=int, default=64, help="Their side in pixels.")

@@ -6,7 +6,7 @@
    the same decoder (simplejpeg) on both sides: imgpack's iterable reader against
    ``webdataset.WebDataset(...).batched(64)``. Both unshuffled (sequential), and both shuffled.
 
-    python scripts/bench_tar.py --src /tmp/imgpack-bench/n2000 --out /tmp/imgpack-bench/tar --json out.json
+    pack bench run tar --src /tmp/imgpack-bench/n2000 --out /tmp/imgpack-bench/tar --json out.json
 """
 
 from __future__ import annotations
@@ -17,20 +17,17 @@ import os
 import resource
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import simplejpeg
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
 
-import numpy as np  # noqa: E402
-import simplejpeg  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
-from packer.bench.contenders import batch_path  # noqa: E402
-from packer.bench.harness import EpochTimes, time_epoch  # noqa: E402
+from packer.bench.contenders import batch_path
+from packer.bench.harness import EpochTimes, time_epoch
 
 SIZE = 256
 BATCH = 64

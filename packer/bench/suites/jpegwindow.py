@@ -8,7 +8,7 @@ whole image, DCT-scaled the same way, then the crop), on the same records and wi
 process, no DataLoader. Rounds alternate the two, and the median of the rounds is reported, so
 load from other users of the machine falls on both alike.
 
-    python scripts/bench_jpegwindow.py n2000-256.lmdb n2000-full.lmdb --rounds 3
+    pack bench run jpegwindow n2000-256.lmdb n2000-full.lmdb --rounds 3
 """
 
 from __future__ import annotations
@@ -16,19 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import readers.batch  # noqa: E402
-from readers import RandomResizedCrop  # noqa: E402
-from readers.batch import BatchAssembler  # noqa: E402
-from readers.formats import open_reader  # noqa: E402
-from readers.jpegwindow import decode_window  # noqa: E402
+import readers.batch
+from readers import RandomResizedCrop
+from readers.batch import BatchAssembler
+from readers.formats import open_reader
+from readers.jpegwindow import decode_window
 
 SCALES = (0.08, 0.3, 1.0)
 

@@ -7,7 +7,7 @@ empty cache), (2) a full sequential read of every record's bytes (remote: the re
 downloaded during the read, then again with the cache warm), and (3) ``verify_dataset`` with 1
 and with N workers (local). Prints a JSON object per dataset; the ratios are what to compare.
 
-    PYTHONPATH=. python scripts/bench_remote.py /tmp/rr-bench/lmdb /tmp/rr-bench/hdf5 --workers 2
+    pack bench run remote /tmp/rr-bench/lmdb /tmp/rr-bench/hdf5 --workers 2
 """
 
 from __future__ import annotations
@@ -15,17 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from packer.verify import verify_dataset  # noqa: E402
-from readers import open_dataset  # noqa: E402
+from packer.verify import verify_dataset
+from readers import open_dataset
 
 T = TypeVar("T")
 
@@ -87,7 +84,7 @@ def main() -> None:
     parser.add_argument("datasets", nargs="+", type=Path)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    from tests.s3server import moto_s3
+    from packer.bench.s3server import moto_s3
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
     with moto_s3("bench") as (fs, options):

@@ -1,7 +1,7 @@
 """Streaming a tar pack from object storage: imgpack with and without reading ahead, webdataset
 over the same shards from URLs, a local warm read, and the server's whole-object GET rate.
 
-The pack (``scripts/make_bench_data.py`` images, resized to 256, tar shards of ``--per-shard``
+The pack (``packer/bench/bench_data.py`` images, resized to 256, tar shards of ``--per-shard``
 samples) is uploaded to a local S3 server (moto, in this process); each ``--delays`` value (ms)
 puts a ``DelayProxy`` in front of it that delays every request, the round trip of a real store.
 Every contender reads the batch path (centre crop, batch 64, ``--workers`` DataLoader workers,
@@ -10,7 +10,7 @@ a fresh loader per epoch, no cache unless named) and is timed for one epoch, in 
 ``IMGPACK_REMOTE_REQUESTS=0`` and reads only its first ``--off-batches`` batches (it is slow).
 The ceiling is the server's rate for whole shards fetched by 8 threads, in images/s.
 
-    python -m packer.bench.object_storage --n 4000 --rounds 3 --delays 0,30
+    pack bench run object_storage --n 4000 --rounds 3 --delays 0,30
 """
 
 from __future__ import annotations
@@ -106,9 +106,9 @@ def ceiling(fs: Any, paths: list[str], images: int) -> tuple[int, float]:
 
 
 def prepare(n: int, per_shard: int, root: Path) -> Path:
+    from packer.bench.bench_data import make_bench_folder
     from packer.bench.prepare import ensure_packed
     from packer.preprocess import PreprocessSpec
-    from scripts.make_bench_data import make_bench_folder
 
     src = make_bench_folder(root / f"src-n{n}", n, 100)
     options = {"samples_per_shard": per_shard}
@@ -158,7 +158,7 @@ def s3rver(bucket: str, binary: Path) -> Iterator[tuple[Any, dict[str, Any]]]:
 
     import s3fs
 
-    from tests.s3server import free_port
+    from packer.bench.s3server import free_port
 
     port = free_port()
     with tempfile.TemporaryDirectory() as data:
@@ -188,7 +188,7 @@ def s3rver(bucket: str, binary: Path) -> Iterator[tuple[Any, dict[str, Any]]]:
 def server(args: argparse.Namespace) -> Any:
     if args.server == "s3rver":
         return s3rver(BUCKET, args.s3rver)
-    from tests.s3server import moto_s3
+    from packer.bench.s3server import moto_s3
 
     return moto_s3(BUCKET)
 

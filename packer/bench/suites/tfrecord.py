@@ -7,27 +7,24 @@ loaders assemble whole batches in the workers (``open_iterable(batch_size=64)``)
 libjpeg-turbo decoder imgpack uses) and batched by the DataLoader. The loaders take turns epoch by
 epoch (shared machine); the median of ``--epochs`` epochs after a warm-up epoch is reported.
 
-    python scripts/make_bench_data.py --n 2000 --out /tmp/imgpack-bench/n2000
-    python scripts/bench_tfrecord.py --src /tmp/imgpack-bench/n2000 --out /tmp/imgpack-bench/tfr
+    pack bench run bench_data --n 2000 --out /tmp/imgpack-bench/n2000
+    pack bench run tfrecord --src /tmp/imgpack-bench/n2000 --out /tmp/imgpack-bench/tfr
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import simplejpeg
+import torch
+from torch.utils.data import DataLoader
 
-import numpy as np  # noqa: E402
-import simplejpeg  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
-from packer.bench.contenders import batch_path  # noqa: E402
-from packer.bench.harness import take_turns  # noqa: E402
-from packer.bench.prepare import ensure_packed  # noqa: E402
+from packer.bench.contenders import batch_path
+from packer.bench.harness import take_turns
+from packer.bench.prepare import ensure_packed
 
 BATCH = 64
 WORKERS = 2

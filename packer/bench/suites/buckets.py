@@ -1,9 +1,9 @@
 """Bucketed reads against the square centre crop: img/s, pixels kept, leftovers per epoch.
 
-    python -m packer.bench.buckets --n 600 --side 224 --rounds 3 --workers 2
+    pack bench run buckets --n 600 --side 224 --rounds 3 --workers 2
 
 Packs two sets into a scratch folder (kept between runs): ImageNet-like JPEGs
-(``scripts/make_bench_data.py``, shorter side 300-500, one in five portrait) and a set of 16:9 and
+(``packer/bench/bench_data.py``, shorter side 300-500, one in five portrait) and a set of 16:9 and
 9:16 JPEGs. Reads the first with ``buckets=AspectBuckets(area=side**2, multiple=32)`` and with
 ``resize=side, crop=side`` (same output area, same workers, batch 64), alternating, median of
 ``--rounds`` epochs each; prints the ratio, the mean fraction of each image kept by each read on
@@ -60,7 +60,7 @@ def epoch_rate(path: Path, workers: int, **options: Any) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from scripts.make_bench_data import make_bench_folder  # the bench photo maker (a script)
+    from packer.bench.bench_data import make_bench_folder  # the bench photo maker (a script)
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=600)

@@ -5,7 +5,7 @@ Scaled down to run here in minutes (default 10,000 tiny generated JPEGs, 1% appe
 figure is for 100k). Each round alternates the order of the two timed commands; the figures are
 medians of ``--rounds`` ratios.
 
-    python -m packer.bench.append --images 10000 --fraction 0.01 --rounds 3
+    pack bench run append --images 10000 --fraction 0.01 --rounds 3
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def run(images: int, fraction: float, rounds: int, fmt: str, workers: int, work:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m packer.bench.append", description=__doc__.split("\n\n")[0]
+        description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--images", type=int, default=10_000, help="samples of the dataset appended to")
     parser.add_argument("--fraction", type=float, default=0.01, help="appended share of --images")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the time of a raw-pixel batch goes: the W_raw batch path split by cause, per batch.
 
-A W_raw pack (stored uint8 224x224x3 records; ``scripts/bench_fastpath.py`` writes one as
+A W_raw pack (stored uint8 224x224x3 records; ``packer/bench/suites/fastpath.py`` writes one as
 ``<out>/W_raw.lmdb``) read with ``open_iterable(batch_size=64, shuffle=True)``. On one core, in
 this process, each step of a worker's batch is timed alone over the same shuffled batches
 (median over ``--rounds``):
@@ -17,7 +17,7 @@ working (inside the iterable: the steps above plus the emission loop's own bookk
 whatever the other worker's copies take from the memory bus) and waiting (in the DataLoader:
 for the next request, for the queue to take the batch).
 
-    python scripts/bench_raw_batch.py --pack /tmp/imgpack-bench/fastpath/W_raw.lmdb --rounds 5
+    pack bench run raw_batch --pack /tmp/imgpack-bench/fastpath/W_raw.lmdb --rounds 5
 """
 
 from __future__ import annotations
@@ -28,20 +28,17 @@ import json
 import os
 import pickle
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from readers import open_iterable  # noqa: E402
-from readers.formats import open_reader  # noqa: E402
-from readers.loader import WHOLE_BATCH_PREFETCH  # noqa: E402
-from readers.shmring import WorkerRing  # noqa: E402
+from readers import open_iterable
+from readers.formats import open_reader
+from readers.loader import WHOLE_BATCH_PREFETCH
+from readers.shmring import WorkerRing
 
 BATCH = 64
 

@@ -3,25 +3,21 @@
 The naive baseline is what people write first: one process, Pillow decode + resize + JPEG
 encode, `pickle.dumps((jpeg_bytes, label))` into LMDB, a commit every 1,000 images.
 
-    python scripts/bench_pack.py --n 2000            # speed: naive vs imgpack 1 and 2 workers
-    python scripts/bench_pack.py --n 10000 --only imgpack2   # peak memory at 10k images
+    pack bench run pack --n 2000            # speed: naive vs imgpack 1 and 2 workers
+    pack bench run pack --n 10000 --only imgpack2   # peak memory at 10k images
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import pickle  # the naive baseline only; imgpack itself never pickles
 import shutil
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from packer.bench.harness import run_measured  # noqa: E402
-from scripts.make_bench_data import make_bench_folder  # noqa: E402
+from packer.bench.bench_data import make_bench_folder
+from packer.bench.harness import code_env, run_measured
 
 
 def naive_pack(src: Path, out: Path, size: int = 256) -> int:
@@ -62,14 +58,17 @@ def main() -> int:
         return 0
     src = args.data or make_bench_folder(Path(f"/tmp/imgpack-bench/n{args.n}"), args.n)
     args.work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = code_env()
 
     def imgpack(workers: int):
         return lambda out: [sys.executable, "-m", "packer.cli", "imagefolder", str(src), "--to", "lmdb",
                             "-o", str(out), "--resize", "256", "--workers", str(workers), "-q"]  # fmt: skip
 
+    def naive(out: Path) -> list[str]:
+        return [sys.executable, "-m", "packer.bench.suites.pack", "--naive-run", str(src), str(out)]
+
     runs = {
-        "naive": lambda out: [sys.executable, __file__, "--naive-run", str(src), str(out)],
+        "naive": naive,
         "imgpack1": imgpack(1),
         "imgpack2": imgpack(2),
     }

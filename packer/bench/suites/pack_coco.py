@@ -1,18 +1,17 @@
 """`pack coco` against `pack imagefolder` on the same images: the cost of boxes at pack time.
 
-The images are an ImageNet-style generated folder (scripts/make_bench_data.py); a COCO file
+The images are an ImageNet-style generated folder (packer/bench/bench_data.py); a COCO file
 lists the same files with 1-20 random boxes each (categories = the folder's classes). Both packs
 run `--to lmdb --resize 256` with the same workers, alternating, and the ratio of the medians is
 printed (>= 0.9 is the issue 23 target).
 
-    python scripts/bench_pack_coco.py --n 1000 --repeat 3 --workers 2
+    pack bench run pack_coco --n 1000 --repeat 3 --workers 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import statistics
@@ -21,11 +20,8 @@ from pathlib import Path
 
 from PIL import Image
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from packer.bench.harness import run_measured  # noqa: E402
-from scripts.make_bench_data import make_bench_folder  # noqa: E402
+from packer.bench.bench_data import make_bench_folder
+from packer.bench.harness import code_env, run_measured
 
 
 def write_coco(src: Path, seed: int = 0) -> Path:
@@ -68,7 +64,7 @@ def main() -> int:
     shutil.rmtree(coco_dir, ignore_errors=True)
     coco_dir.mkdir(parents=True)
     annotations = write_coco(src)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = code_env()
     common = ["--to", "lmdb", "--resize", "256", "--workers", str(args.workers), "-q"]
     runs = {
         "imagefolder": lambda out: ["imagefolder", str(src), "-o", str(out)],

@@ -6,8 +6,8 @@ quality 90); output: 224x224 centre crops, uint8 (``--normalize`` for float32 me
 Paths that cannot run here (no GPU, no DALI) are listed as skipped. Runs unchanged on a GPU
 machine. Each path runs one warm-up pass, then whole epochs for at least ``--seconds``.
 
-    python scripts/bench_dali.py                  # table
-    python scripts/bench_dali.py --json           # machine-readable
+    pack bench run dali                  # table
+    pack bench run dali --json           # machine-readable
 """
 
 from __future__ import annotations
@@ -15,17 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from packer.bench.harness import EpochTimes, time_epoch  # noqa: E402
-from packer.bench.prepare import ensure_packed  # noqa: E402
-from readers.dali import DaliUnavailableError, dali_loader, select_path  # noqa: E402
-from scripts.make_bench_data import make_bench_folder  # noqa: E402
+from packer.bench.bench_data import make_bench_folder
+from packer.bench.harness import EpochTimes, time_epoch
+from packer.bench.prepare import ensure_packed
+from readers.dali import DaliUnavailableError, dali_loader, select_path
 
 BENCH = Path("/tmp/imgpack-bench")
 MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]

@@ -2,14 +2,14 @@
 """block_size / buffer_size vs reading throughput vs class mix, for local LMDB, local tar and a
 remote tar (ranged reads from a moto S3 server on 127.0.0.1).
 
-Packs the benchmark folder (``scripts/make_bench_data.py``, class-sorted) twice per format: in
+Packs the benchmark folder (``packer/bench/bench_data.py``, class-sorted) twice per format: in
 source order (``--order source``, what packs were before shuffling at pack time) and shuffled (the
 default). For every (block_size, buffer_size) it times the batch path (``open_iterable(batch_size=B,
 crop=C)`` through ``make_loader``, persistent workers; packer.bench's epoch timer: median of the
 timed epochs after a warm-up) and computes ``readers.shuffle_quality`` for both packs. Prints a
 markdown table.
 
-    PYTHONPATH=. python scripts/bench_order.py --n 2000 --classes 100 --workers 2
+    pack bench run order --n 2000 --classes 100 --workers 2
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from packer.bench.harness import time_epochs  # noqa: E402
-from packer.engine import pack_folder  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
-from readers import make_loader, open_iterable, shuffle_quality  # noqa: E402
-from readers.formats import open_reader  # noqa: E402
-from scripts.make_bench_data import make_bench_folder  # noqa: E402
+from packer.bench.bench_data import make_bench_folder
+from packer.bench.harness import time_epochs
+from packer.engine import pack_folder
+from packer.preprocess import PreprocessSpec
+from readers import make_loader, open_iterable, shuffle_quality
+from readers.formats import open_reader
 
 GRID = [(16, 1024), (64, 1024), (64, 4096), (256, 4096), (16, 4096)]
 
@@ -68,7 +65,7 @@ def main() -> int:
                 pack_folder(src, out, fmt, spec, workers=2, order=order, force=True)
             packs[fmt, order] = out
     labels = {order: open_reader(packs["lmdb", order]).labels() for order in ("source", "shuffled")}
-    from tests.s3server import moto_s3
+    from packer.bench.s3server import moto_s3
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     with moto_s3("bench") as (fs, storage):

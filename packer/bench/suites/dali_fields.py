@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """DALI read with a caption and up to 20 boxes per sample vs the same read without fields.
 
-The data of ``scripts/bench_fields.py`` (the same JPEGs packed twice into LMDB, with and without
+The data of ``packer/bench/suites/fields.py`` (the same JPEGs packed twice into LMDB, with and without
 the fields ``caption``, ``boxes`` (0-20 per image) and ``categories``), read by ``dali_loader``
 (``--device``: ``auto`` takes the GPU where there is one, else DALI's CPU pipeline) with
 ``crop=RandomResizedCrop(224), flip=True``, the fields run with ``fields=["caption", "boxes",
@@ -9,7 +9,7 @@ the fields ``caption``, ``boxes`` (0-20 per image) and ``categories``), read by 
 order; the median images/s of each, their ratio and the milliseconds per batch this process
 spent building the targets (``readers.dali.fields.DaliFields.target``) are printed.
 
-    python scripts/bench_dali_fields.py --images 1000 --rounds 3
+    pack bench run dali_fields --images 1000 --rounds 3
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,12 +24,9 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from readers import RandomResizedCrop  # noqa: E402
-from readers.dali import dali_loader  # noqa: E402
-from scripts.bench_fields import SCHEMA, pack_pair  # noqa: E402
+from packer.bench.suites.fields import SCHEMA, pack_pair
+from readers import RandomResizedCrop
+from readers.dali import dali_loader
 
 
 def read_rate(path: Path, fields: bool, args: argparse.Namespace) -> tuple[float, float]:

@@ -2,11 +2,11 @@
 """How packing and reading scale with the number of images: time, disk and memory.
 
 For each size N (``--sizes``, default 1000,10000; add 100000 on a machine with the time): make a
-deterministic ImageNet-like folder (scripts/make_bench_data.py), pack it, then read it once in a
+deterministic ImageNet-like folder (packer/bench/bench_data.py), pack it, then read it once in a
 fresh process (``packer.bench.run.measure_isolated``). Expected: packing time and disk grow linearly
 with N; the reader's start-up (open + first batch), its throughput and its memory stay flat.
 
-    python scripts/scaling.py --sizes 1000,10000 --size 160x120 --resize 128 --crop 112 \\
+    pack bench run scaling --sizes 1000,10000 --size 160x120 --resize 128 --crop 112 \\
         --out /tmp/imgpack-bench/scaling --json scaling.json --plot scaling.png
 
 Generated folders and packed datasets stay under ``--out`` (re-runs reuse the folders).
@@ -22,16 +22,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from packer.bench.harness import MemorySampler, folder_bytes  # noqa: E402
-from packer.bench.model import Settings, Target  # noqa: E402
-from packer.bench.run import measure_isolated  # noqa: E402
-from packer.engine import pack_folder  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
-from scripts.make_bench_data import _parse_size, make_bench_folder  # noqa: E402
+from packer.bench.bench_data import _parse_size, make_bench_folder
+from packer.bench.harness import MemorySampler, folder_bytes
+from packer.bench.model import Settings, Target
+from packer.bench.run import measure_isolated
+from packer.engine import pack_folder
+from packer.preprocess import PreprocessSpec
 
 
 @dataclass
