@@ -45,7 +45,7 @@ __all__ = ["DEFAULT_SOURCE", "list_source_photos", "main", "make_bench_folder"]
 
 #: Bump when the generation recipe changes, so that old folders are regenerated.
 GENERATOR_VERSION = 1
-DEFAULT_SOURCE = Path(__file__).resolve().parent.parent / "sample_data"
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "sample_data"
 PARAMS_FILE = ".params.json"
 IMAGE_EXTS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
 QUALITY = 90
