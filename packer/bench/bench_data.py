@@ -18,7 +18,7 @@ Usage::
 
     pack bench run bench_data --n 2000 --classes 10 --out /tmp/bench_folder
 
-From Python (the repository root on ``sys.path``)::
+From Python::
 
     from packer.bench.bench_data import make_bench_folder
     make_bench_folder(Path("/tmp/bench"), n=200, classes=4, seed=0)
@@ -255,13 +255,13 @@ def make_bench_folder(
         if not force and old == params and _is_complete(out, n, classes):
             if verbose:
                 print(
-                    f"make_bench_data: {out} already holds {n} images in {classes} classes "
+                    f"bench_data: {out} already holds {n} images in {classes} classes "
                     f"(seed {seed}); skipped"
                 )
             return out
         if old is None and any(out.iterdir()) and not force:
             raise FileExistsError(
-                f"{out} is not empty and was not made by make_bench_data (no {PARAMS_FILE}); "
+                f"{out} is not empty and was not made by bench_data (no {PARAMS_FILE}); "
                 "use force=True / --force to write into it anyway"
             )
         # Remove what an earlier run of this script wrote, and nothing else.
@@ -304,7 +304,7 @@ def make_bench_folder(
     if verbose:
         elapsed = time.perf_counter() - start
         print(
-            f"make_bench_data: wrote {n} images in {classes} classes to {out} "
+            f"bench_data: wrote {n} images in {classes} classes to {out} "
             f"({total / 1e6:.1f} MB, {elapsed:.1f} s, {workers} worker(s), seed {seed}, "
             f"{len(files)} source photos)"
         )
@@ -354,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             verbose=True,
         )
     except (ValueError, FileExistsError, FileNotFoundError) as exc:
-        print(f"make_bench_data: error: {exc}", file=sys.stderr)
+        print(f"bench_data: error: {exc}", file=sys.stderr)
         return 2
     return 0
 

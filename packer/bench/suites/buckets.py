@@ -60,7 +60,7 @@ def epoch_rate(path: Path, workers: int, **options: Any) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from packer.bench.bench_data import make_bench_folder  # the bench photo maker (a script)
+    from packer.bench.bench_data import make_bench_folder
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=600)

@@ -52,7 +52,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("dataset", help="a packed JPEG dataset, e.g. bench_fastpath.py's W_jpeg.lmdb")
+    parser.add_argument("dataset", help="a packed JPEG dataset, e.g. the fastpath suite's W_jpeg.lmdb")
     parser.add_argument("--code", action="append", type=Path, help="a checkout to time (repeatable)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()

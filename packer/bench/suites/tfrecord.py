@@ -69,7 +69,7 @@ def tfrecord_package_loader(root: Path) -> DataLoader:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--src", type=Path, required=True, help="an image folder (make_bench_data.py)")
+    parser.add_argument("--src", type=Path, required=True, help="an image folder (pack bench run bench_data)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--json", type=Path)
