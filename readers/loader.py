@@ -130,7 +130,7 @@ class PackedLoader(StatefulDataLoader):
 # Batches a DataLoader keeps requested per worker on the whole-batch path (torch's default is 2).
 # A raw or small batch takes a worker 1-2 ms, about as long as the hand-over of a request and a
 # batch between the processes, so with 2 in flight workers spend half their time waiting for the
-# next request (scripts/bench_raw_batch.py). Each in-flight batch holds one shared ring slot
+# next request (packer/bench/suites/raw_batch.py). Each in-flight batch holds one shared ring slot
 # (readers.shmring, at most MAX_SLOTS per worker), so memory stays bounded.
 WHOLE_BATCH_PREFETCH = 4
 

@@ -3,8 +3,8 @@
 OpenCV: its area filter when shrinking by 2x or more on both sides (an average over whole source
 pixels, no aliasing), bilinear otherwise (for the milder shrinks of most random windows bilinear
 aliases little, and the area filter at a non-integer factor costs several times as much; enlarging
-is bilinear). Chosen over Pillow for speed on the read path: ``scripts/bench_resampler.py``
-measured Pillow's antialiased bilinear 10-13x slower per image on the batch path's resizes. The
+is bilinear). Chosen over Pillow for speed on the read path: Pillow's antialiased bilinear measured 7-13x
+slower per image on the batch path's resizes (docs/decisions.md). The
 same function at pack time and read time means ``pack --resize N`` and ``resize=N`` of a losslessly
 stored original give the same pixels. DALI's ``fn.resize`` (GPU or CPU) is its own resampler: see
 docs/dali.md for how far apart they are.

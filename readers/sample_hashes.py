@@ -2,7 +2,7 @@
 
 The perceptual hash is the average hash (aHash): the image in grey, shrunk by box filtering to
 8x8, one bit per cell brighter than the mean. Measured on a planted set (docs/dedup.md,
-packer/bench/dedup.py) it kept near copies closer than a DCT pHash or a difference hash at the
+packer/bench/suites/dedup.py) it kept near copies closer than a DCT pHash or a difference hash at the
 same false-pair rate: resizing, recompression and brightness changes move it by a few bits,
 crops of up to 10% a side by up to ~12. The pack computes both hashes where the pixels already
 are (packer/preprocess.py, in the workers), from the pixels it encodes, and stores them in one

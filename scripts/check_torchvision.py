@@ -28,14 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
 
 def make_data(out: Path, count: int) -> tuple[Path, Path]:
     """A COCO set with rectangle polygons as segmentations, packed to TFRecord."""
+    from packer.bench.coco_data import add_rectangle_polygons, make_coco
     from packer.cli import main as pack
-    from tests.cocodata import add_rectangle_polygons, make_coco
 
     coco = add_rectangle_polygons(make_coco(out / "coco", count=count, empty=2))
     packed = out / "coco-tfr"

@@ -11,13 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+from torch.utils.data import DataLoader
+
+from readers import open_dataset, open_iterable, read_manifest
+from readers.formats import format_named, format_names
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from torch.utils.data import DataLoader  # noqa: E402
-
-from readers import open_dataset, open_iterable, read_manifest  # noqa: E402
-from readers.formats import format_named, format_names  # noqa: E402
 
 
 def format_args(fmt: str) -> list[str]:

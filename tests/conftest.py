@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.s3server import s3  # noqa: F401 - the moto S3 server fixture, for every test file
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"
-sys.path.insert(0, str(REPO))  # tests import scripts/ and tests/badinput.py by path
-
-from tests.s3server import s3  # noqa: E402,F401 - the moto S3 server fixture, for every test file
 
 _RAY_WORD = re.compile(r"(^|[_/\[-])ray([_.\]-]|$)")
 

@@ -2,7 +2,7 @@
 and deterministic mutants of them (truncations, bit flips, bad markers, odd sampling factors).
 
 Used by the sanitizer replay (tests/test_decoder_sanitized.py), the coverage-guided run
-(scripts/fuzz_jpegwindow.py, whose seeds these are) and the differential check
+(tests/fuzz_jpegwindow.py, whose seeds these are) and the differential check
 (tests/jpeg_differential.py). Every function here is a pure function of its arguments: the same
 corpus on every run, so a failure reproduces from its name.
 """

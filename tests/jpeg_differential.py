@@ -12,7 +12,7 @@ A refusal (None) is always allowed: the readers then decode the image whole with
 decoders, which report damage.
 
 ``build_extension`` compiles csrc/ into a directory with extra flags (AddressSanitizer + UBSan
-for tests/test_decoder_sanitized.py, coverage for scripts/fuzz_jpegwindow.py), and
+for tests/test_decoder_sanitized.py, coverage for tests/fuzz_jpegwindow.py), and
 ``install_extension`` makes ``readers.jpegwindow`` load that build (with the same library search
 as always). Run as ``python -m tests.jpeg_differential SO CORPUS FINDINGS`` it replays every file
 of CORPUS through that build (the sanitizer test's child process).

@@ -234,8 +234,8 @@ def test_dali_row_or_clear_error(fixed_ds):
         assert "readers.dali" in result.output and "drop --dali" in result.output
 
 
-def test_scaling_script_small_sizes(tmp_path):
-    from scripts import scaling
+def test_scaling_suite_small_sizes(tmp_path):
+    from packer.bench.suites import scaling
 
     out_json, out_png = tmp_path / "scaling.json", tmp_path / "scaling.png"
     args = ["--sizes", "16,48", "--size", "64x48", "--resize", "32", "--crop", "28", "--workers", "1"]
@@ -252,9 +252,9 @@ def test_scaling_script_small_sizes(tmp_path):
 
 
 def test_harness_imports_only_the_standard_library():
-    # scripts/bench_fastpath.py times FFCV in FFCV's own Python with this module
+    # the fastpath suite times FFCV in FFCV's own Python with its child module and the harness
     code = (
-        "import sys, packer.bench.harness; "
+        "import sys, packer.bench.harness, packer.bench.suites.fastpath_child; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'torch', 'psutil', 'PIL'}))"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)

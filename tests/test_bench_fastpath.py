@@ -1,13 +1,13 @@
-"""scripts/bench_fastpath.py: the order runs take in each round, and the full-size workloads' data."""
+"""packer/bench/suites/fastpath.py: the order runs take in each round, and the full-size workloads' data."""
 
 from __future__ import annotations
 
 import numpy as np
 from PIL import Image
 
+from packer.bench.bench_data import make_bench_folder
+from packer.bench.suites.fastpath import PEERS, prepare, round_plan
 from readers.formats import open_reader
-from scripts.bench_fastpath import PEERS, prepare, round_plan
-from scripts.make_bench_data import make_bench_folder
 
 
 def test_every_other_round_runs_in_reverse_order():

@@ -73,7 +73,7 @@ def test_dali_cpu_matches_dataloader(packed, fmt, spec):
     assert a[0][0].shape == (8, 3, 38, 40) and a[0][0].dtype == torch.uint8
     # DALI's fn.resize (antialiased) against readers.resample (the CPU paths' one resampler,
     # bilinear below a 2x shrink): measured 0.6-2.2 grey levels mean per batch here
-    # (scripts/compare_dali_resize.py and the README give the figures); a wrong window is 20+.
+    # (docs/dali.md and docs/decisions.md give the figures); a wrong window is 20+.
     assert_same(a, b, mad=3.0)
     # The order is the order module's, padded by wrapping around this rank's order.
     reader = open_reader(path)

@@ -2,7 +2,7 @@
 
 A forked worker's first full collection walks every object inherited from the parent (torch's
 whole heap) and its copy-on-write faults cost 0.3-0.6 s of the first batch (measured; the time
-itself belongs to scripts/bench_fastpath.py, not to a unit test). The worker's ring freezes the
+itself belongs to packer/bench/suites/fastpath.py, not to a unit test). The worker's ring freezes the
 inherited objects first, so what is checked here is that the freeze happens before the batch
 path's first allocation-heavy step, in every worker, and batches stay right.
 """

@@ -1,5 +1,5 @@
 """Many ranks: a real gloo group reads every sample once, resumes elastically, and the order a rank
-computes for itself is the one global order (packer/bench/many_ranks.py at a small size)."""
+computes for itself is the one global order (packer/bench/suites/many_ranks.py at a small size)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from packer.bench import many_ranks
+from packer.bench.suites import many_ranks
 from readers.order import OrderSpec, global_order, order_at, rank_order
 
 

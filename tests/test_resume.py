@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import cli_env
 from torch.utils.data import DataLoader
 from train_script import sample_ids
 
@@ -44,7 +45,8 @@ def train(path, out: Path, *options: str, kill_at=(), attempts: int = 6) -> list
 def run_logged(cmd: list[str], log: Path) -> tuple[int, str]:
     # A file, not a pipe: a killed process's DataLoader workers may hold a pipe open for seconds.
     with open(log, "w") as handle:
-        returncode = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, timeout=400).returncode
+        run = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, timeout=400, env=cli_env())
+    returncode = run.returncode
     return returncode, log.read_text()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-from scripts.bench_scan_memory import build_tree, measure
+from packer.bench.suites.scan_memory import build_tree, measure
 
 SMALL, LARGE = 20_000, 200_000
 BYTES_PER_FILE = 40  # the bound on growth per extra file

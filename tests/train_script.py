@@ -19,16 +19,13 @@ import argparse
 import hashlib
 import os
 import signal
-import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from readers import AspectBuckets, TokenBudget, make_loader, mix, open_iterable  # noqa: E402
+from readers import AspectBuckets, TokenBudget, make_loader, mix, open_iterable
 
 BATCH = 4
 

@@ -1,7 +1,10 @@
-"""``pack bench``: compare packed datasets (and the plain image folder) on this machine.
+"""``pack bench``: compare packed datasets (and the plain image folder) on this machine, and run
+the registered benchmark suites (``packer.bench.suites``).
 
-Kept apart from packer/cli.py; the group registers it when this module exists. Heavy imports
-(torch, matplotlib) happen only when the command runs.
+``pack bench DATASET...`` is ``pack bench compare DATASET...`` (the group sends anything that is
+not one of its commands there); ``pack bench suites`` lists the suites, ``pack bench run NAME
+[ARGS]`` runs one. Kept apart from packer/cli.py; the group registers it when this module exists.
+Heavy imports (torch, matplotlib, a suite's module) happen only when a command runs.
 """
 
 from __future__ import annotations
@@ -22,7 +25,27 @@ def parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> tup
     return tuple(dict.fromkeys(counts))
 
 
-@click.command()
+class BenchGroup(click.Group):
+    """A group whose default command is ``compare``: ``pack bench a.lmdb`` still compares."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["compare", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=BenchGroup)
+def bench() -> None:
+    """Measure how fast packed datasets load, or run a benchmark suite.
+
+    \b
+    pack bench DATASET... [OPTIONS]     compare datasets (pack bench compare --help)
+    pack bench suites                   list the benchmark suites
+    pack bench run NAME [ARGS]          run one (pack bench run NAME --help: its options)
+    """
+
+
+@bench.command()
 @click.argument("datasets", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option(
     "--baseline",
@@ -89,7 +112,7 @@ def parse_workers(ctx: click.Context, param: click.Parameter, value: str) -> tup
 @click.option("--readahead", default="0,16M", show_default=True, help="--cold: budgets to compare.")
 @click.option("--crop", type=click.IntRange(min=1), default=224, show_default=True, help="--cold crop.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
-def bench(
+def compare(
     datasets: tuple[str, ...],
     baseline: str | None,
     workers: tuple[int, ...],
@@ -118,8 +141,8 @@ def bench(
     \b
     pack bench train.lmdb train.h5 --baseline ~/data/train --workers 0,2,4 --plot bench.png
 
-    Streaming from object storage (a local S3 server, against webdataset):
-    python -m packer.bench.object_storage --n 4000 --rounds 3 --delays 0,30
+    The same as pack bench DATASET...; other questions (object storage, FFCV, packing, scale) are
+    suites: pack bench suites.
     """
     from packer.bench.model import Settings
     from packer.bench.plot import plot_report
@@ -153,3 +176,31 @@ def bench(
     if not quiet and (json_path or plot_path):
         written = [p for p in (json_path, plot_path) if p]
         click.echo(f"wrote {', '.join(written)}", err=True)
+
+
+@bench.command("suites")
+def list_suites() -> None:
+    """List the benchmark suites (and the data makers they share): name, what it measures, needs."""
+    from packer.bench.suites import SUITES
+
+    width = max(len(s.name) for s in SUITES)
+    for kind, title in (("suite", "Suites"), ("data", "Data makers")):
+        click.echo(f"{title} (pack bench run NAME --help):")
+        for suite in (s for s in SUITES if s.kind == kind):
+            needs = f" [needs {suite.needs}]" if suite.needs else ""
+            click.echo(f"  {suite.name:<{width}}  {suite.description}{needs}")
+
+
+@bench.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("name")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def run_suite_command(ctx: click.Context, name: str, args: tuple[str, ...]) -> None:
+    """Run the benchmark suite NAME with ARGS (pack bench suites lists them; ARGS --help: its own)."""
+    from packer.bench.suites import run_suite, suite_names
+
+    if name not in suite_names():
+        raise click.BadParameter(
+            f"no suite {name!r}; choose one of {', '.join(suite_names())}", param_hint="NAME"
+        )
+    ctx.exit(run_suite(name, list(args)))

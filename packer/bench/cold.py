@@ -13,7 +13,6 @@ the figure is the median over rounds of each round's cold/warm ratio.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from packer.bench.harness import BenchError, folder_bytes, machine_info, run_measured
+from packer.bench.harness import BenchError, code_env, folder_bytes, machine_info, run_measured
 from packer.bench.pagecache import MemoryCap, dataset_resident, drop_all_caches, evict, read_sequentially
 from readers.errors import OptionError
 from readers.manifest import read_manifest
@@ -58,8 +57,7 @@ def run_epoch(
         "epoch": epoch,
         "seed": settings.seed,
     }
-    root = str(Path(__file__).resolve().parents[2])  # this checkout's packer and readers
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    env = code_env()  # this checkout's packer and readers
     cmd = [sys.executable, "-m", "packer.bench.cold_epoch", json.dumps(args)]
     measured = run_measured(
         cmd, check=False, timeout=settings.timeout, env=env, preexec_fn=cap.join if cap is not None else None

@@ -1,4 +1,4 @@
-"""The contenders: what ``pack bench`` and the scripts read, and how.
+"""The contenders: what ``pack bench`` and the suites read, and how.
 
 - ``batch_path``: workers assemble whole batches (packed data whose images all have one size);
 - ``sample_path``: per-sample items batched by the DataLoader (stacked, or a list);

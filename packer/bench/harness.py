@@ -2,7 +2,7 @@
 
 Import-light on purpose (the standard library only at import time; psutil when a sampler starts),
 so that a peer's interpreter without imgpack's dependencies (FFCV's, in
-scripts/bench_fastpath.py) can time its loader with the same ``time_epochs``.
+packer/bench/suites/fastpath.py) can time its loader with the same ``time_epochs``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from readers.errors import ImgpackError
+
+# The checkout holding packer/ and readers/: a fresh child's PYTHONPATH, so it runs this code.
+CODE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def code_env(**extra: str) -> dict[str, str]:
+    """This process's environment with ``CODE_ROOT`` first on ``PYTHONPATH`` (and ``extra`` set)."""
+    path = os.pathsep.join(p for p in (str(CODE_ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 class BenchError(ImgpackError):

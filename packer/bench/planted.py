@@ -3,7 +3,7 @@ of (resize 50-200%, JPEG quality 30-95, crops up to 10% per side, brightness +-1
 
 Distinct images are the repository's photos (sample_data/) and synthetic ones (smooth random
 fields with shapes and texture, each from its own seed). Every function is a pure function of
-its arguments, so the tests and packer/bench/dedup.py see the same set.
+its arguments, so the tests and packer/bench/suites/dedup.py see the same set.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Benchmark inputs: a packed dataset made once and reused, and the naive Pillow preprocessing
-that the peer scripts' hand-written packers do (what a user writes without imgpack).
+that the peers' hand-written packers do in the suites (what a user writes without imgpack).
 
 Imports Pillow and the packer only when called, so a measured naive packer stays light.
 """
