@@ -48,7 +48,7 @@ SUITES: tuple[Suite, ...] = (
     _suite("order", "block_size / buffer_size against throughput and class mix, local and remote"),
     _suite("fields", "a read with a caption and 0-20 boxes per sample against the same read without"),
     _suite("buckets", "bucketed reads against the square centre crop: img/s, pixels kept, leftovers"),
-    _suite("token_leftovers", "token-budget reads: samples repeated or left out per epoch by each leftover rule"),
+    _suite("token_leftovers", "token-budget reads: samples repeated or left out per epoch by leftover rule"),
     _suite("views", "views against their parent: read rate, parent reads per batch, cost to make"),
     _suite("many_ranks", "a real gloo group of many ranks reading one epoch, resumed on another world"),
     # formats and peers
