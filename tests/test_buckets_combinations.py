@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
+import os
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from click.testing import CliRunner
 from PIL import Image
 
@@ -276,3 +280,40 @@ def test_a_view_and_a_split_read_bucketed_batches_of_their_own_samples(aspects, 
     next(iter(it))
     with pytest.raises(ResumeError):
         open_iterable(aspects, batch_size=BATCH, buckets=BUCKETS, seed=7).load_state_dict(it.state_dict())
+
+
+# -- DDP (a real gloo group) x persistent workers x the per-sample path x resume ------------------
+WORLD = 2
+
+
+def _gloo_rank(rank: int, path: str, store: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+
+        def loader_of():
+            it = open_iterable(path, buckets=OFFSET, flip=True, seed=5)  # rank and world from the group
+            return make_loader(it, batch_size=BATCH, num_workers=1, persistent_workers=True)
+
+        reference = steps_of(loader_of())
+        loader = loader_of()
+        got = steps_of(itertools.islice(loader, 3))
+        state = loader.state_dict()
+        del loader
+        resumed = loader_of()
+        resumed.load_state_dict(state)
+        got += steps_of(resumed)
+        Path(out, f"rank{rank}.json").write_text(json.dumps({"reference": reference, "resumed": got}))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two spawned ranks, each starting three loaders' workers
+def test_a_gloo_group_resumes_the_per_sample_path_with_persistent_workers_exactly(aspects, tmp_path):
+    os.environ.pop("RANK", None)
+    mp.spawn(_gloo_rank, args=(str(aspects), str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    for record in ranks:
+        assert record["resumed"] == record["reference"]
+    steps = [record["reference"] for record in ranks]
+    assert [shape for shape, _, _ in steps[0]] == [shape for shape, _, _ in steps[1]]  # one bucket a step
+    assert {x for rank in steps for _, labels, _ in rank for x in labels} == set(range(N))
