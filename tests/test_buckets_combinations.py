@@ -29,7 +29,8 @@ from packer.rows import Row, pack_rows
 from packer.source import scan_folder
 from packer.views import split_views, write_view
 from readers import AspectBuckets, ResumeError, make_loader, open_dataset, open_iterable
-from tests import test_buckets
+from tests import test_buckets, test_masks
+from tests.cocodata import coco_pack_args
 from tests.test_buckets import BATCH, BUCKETS, SHAPES, expected_bucket, write_aspect_images
 from tests.test_fields import iou, rectangle_in
 from tests.test_remote_read import upload
@@ -317,3 +318,29 @@ def test_a_gloo_group_resumes_the_per_sample_path_with_persistent_workers_exactl
     steps = [record["reference"] for record in ranks]
     assert [shape for shape, _, _ in steps[0]] == [shape for shape, _, _ in steps[1]]  # one bucket a step
     assert {x for rank in steps for _, labels, _ in rank for x in labels} == set(range(N))
+
+
+# -- masks (target="torchvision", masks=True) x random offset x flip --------------------------------
+shapes = test_masks.shapes  # COCO images with a triangle (polygon) and an ellipse (RLE) each
+
+
+@pytest.fixture(scope="module")
+def shapes_lmdb(shapes, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("shapes-lmdb") / "ds"
+    result = CliRunner().invoke(main, [*coco_pack_args(shapes, "lmdb", out), "--workers", "1", "-q"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_masks_cover_their_shapes_after_bucketing(shapes_lmdb):
+    read = dict(buckets=AspectBuckets(area=56 * 56, multiple=8, random_offset=True), flip=True, seed=2,
+                target="torchvision", masks=True)  # fmt: skip
+    compared, seen = 0, set()
+    for image, target in open_iterable(shapes_lmdb, **read):
+        compared += test_masks.check_masks(image, target)
+    for images, targets in open_iterable(shapes_lmdb, batch_size=4, **read):
+        sizes = {np.asarray(t["masks"]).shape[-2:] for t in targets} | {tuple(i.shape[-2:]) for i in images}
+        assert len(sizes) == 1  # one bucket a batch, the masks at its size
+        seen |= sizes
+        compared += sum(test_masks.check_masks(image, t) for image, t in zip(images, targets))
+    assert compared >= 50 and len(seen) >= 2
