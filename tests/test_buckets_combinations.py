@@ -1,6 +1,7 @@
 """Bucketed reads (buckets=) in the combinations users run: resume x persistent workers x both
-read paths, fields x random offset x flip, remote (s3:// on moto), DALI's pipeline x elastic
-resume, an appended dataset, views and splits.
+read paths x another worker count, fields (labels, JSON, boxes, COCO masks) x random offset x
+flip, remote (s3:// on moto, also into DALI's pipeline), DALI's pipeline x elastic resume, an
+appended dataset, views and splits, a real gloo group x persistent workers x resume.
 
 The sets are small (tens of images a few dozen pixels a side): every test reads real packs
 through real DataLoader workers; the bucketed set is tests/test_buckets.py's (a label names its
@@ -191,6 +192,12 @@ def test_remote_bucketed_read_gives_the_local_batches(
         want = steps_of(make_loader(want_it, num_workers=0))
         assert steps_of(make_loader(got_it, num_workers=2)) == want
         assert {x for _, labels, _ in want for x in labels} == set(range(N))
+    if fmt == "lmdb":  # DALI's own pipeline from the URL: the same samples and shapes (pixels: DALI's resize)
+        from readers.dali import dali_loader
+
+        dali = dali_loader(url, device="cpu", py_workers=2, **options, **remote)
+        dali.set_epoch(1)
+        assert [(s, y) for s, y, _ in steps_of(dali)] == [(s, y) for s, y, _ in want]
     for where in ("given", "default"):  # the parts went where the options say, and only there
         assert any((tmp_path / where).glob("*")) == (cache == where)
 
