@@ -36,6 +36,17 @@ def stored_size_of(label: int) -> tuple[int, int]:
     return sizes[label]
 
 
+def write_aspect_images(src: Path) -> Path:
+    """One class folder per image at ``src``, image i of size ``stored_size_of(i)``."""
+    rng = np.random.default_rng(0)
+    for index in range(sum(SHAPES.values())):
+        h, w = stored_size_of(index)
+        folder = src / f"c{index:03d}"
+        folder.mkdir()
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / "img.png")
+    return src
+
+
 @pytest.fixture(scope="module")
 def aspects(tmp_path_factory) -> Path:
     return pack_aspects(tmp_path_factory)
@@ -43,13 +54,7 @@ def aspects(tmp_path_factory) -> Path:
 
 def pack_aspects(tmp_path_factory) -> Path:
     """The set packed to LMDB: one folder (class) per image, the images at SHAPES."""
-    src = tmp_path_factory.mktemp("aspects")
-    rng = np.random.default_rng(0)
-    for index in range(sum(SHAPES.values())):
-        h, w = stored_size_of(index)
-        folder = src / f"c{index:03d}"
-        folder.mkdir()
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / "img.png")
+    src = write_aspect_images(tmp_path_factory.mktemp("aspects"))
     out = tmp_path_factory.mktemp("aspects-lmdb") / "ds"
     result = CliRunner().invoke(main, ["imagefolder", str(src), "--to", "lmdb", "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output
