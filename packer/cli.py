@@ -12,16 +12,16 @@ import click
 
 from packer.cli_options import storage_options_option
 from packer.dedup import dedup_options
-from packer.preprocess import (
+from readers.errors import ImgpackError
+from readers.formats.packed_sample import (
     AUTO_RESAMPLE,
     DEFAULT_MAX_PIXELS,
-    ENCODINGS,
     RESAMPLERS,
     RESIZE_MODES,
     PreprocessSpec,
 )
-from readers.errors import ImgpackError
 from readers.formats.registry import format_names, formats_taking
+from readers.manifest import ENCODINGS
 from readers.order import PACK_ORDERS
 
 SIZE_UNITS = {
@@ -456,7 +456,7 @@ def verify(dataset, no_decode, workers, storage_options, cache_dir, quiet, as_js
 def reindex(dataset: str) -> None:
     """Rebuild the shard index files (.idx) of DATASET from its shards (formats that keep one),
     and a lost or damaged label file (labels.i64)."""
-    from packer.formats.rolling import reindex as rebuild
+    from packer.reindex import reindex as rebuild
 
     written = rebuild(dataset)
     click.echo(f"{dataset}: wrote {len(written)} index file(s)")

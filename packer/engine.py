@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from packer.dedup import dedup_record, deduped, deduper_for
-from packer.formats import FormatWriter, PartResult, writer_class
-from packer.formats.base import disk_hint
 from packer.job import PackJob, PartsRun
 from packer.output import (
     LocalOutput,
@@ -54,11 +52,13 @@ from packer.parts import (
     write_part,
 )
 from packer.pool import preprocessed
-from packer.preprocess import PreprocessSpec
 from packer.sizes import merge_sizes
 from packer.source import SourceScan, scan_folder
 from packer.source_items import rel_run
 from readers.errors import ImgpackError, OptionError
+from readers.formats.packed_sample import PreprocessSpec
+from readers.formats.registry import open_writer, refuse_fields
+from readers.formats.writer_base import FormatWriter, PartResult, disk_hint
 from readers.manifest import PROGRESS_NAME, Manifest, write_atomic, write_manifest
 from readers.order import PACK_ORDERS
 from readers.remote import is_url
@@ -228,7 +228,7 @@ def pack_folder(
         )
     workers = max(1, workers or os.cpu_count() or 1)
     deduping = dedup_record(dedup, near_distance)
-    writer = writer_class(fmt)(Path(out), spec, options)  # option errors before anything is touched
+    writer = open_writer(fmt, Path(out), spec, options)  # option errors before anything is touched
     if engine == "ray":
         from packer.ray_engine import check_ray_address
 
@@ -238,6 +238,7 @@ def pack_folder(
 
         check_remote_format(fmt, str(out))
     scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
+    refuse_fields(writer.format, scan.fields)
     writer = writer.with_fields(scan.fields, scan.classes)
     if base is not None:
         writer = writer.extending(base[0], base[1].num_samples, len(base[1].shards))

@@ -30,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from packer.formats import FormatWriter, PartResult
 from packer.output import (
     OutputLock,
     dataset_format,
@@ -41,6 +40,7 @@ from packer.output import (
 )
 from readers.errors import ImgpackError
 from readers.formats.registry import format_named, registered
+from readers.formats.writer_base import FormatWriter, PartResult
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
 from readers.remote import Progress, RemoteError, remote_call, url_fs
 from readers.sample_hashes import is_hashes_name
@@ -284,7 +284,7 @@ class RemoteOutput:
     def finish(
         self, writer: FormatWriter, results: list[PartResult], classes: list[str]
     ) -> tuple[list[Shard], dict[str, Any]]:
-        how = format_named(writer.name).remote_finish
+        how = writer.format.remote_finish
         if how in ("rename", "as-is"):  # files a finish writes go straight to the store
 
             def write_file(name: str, data: bytes) -> None:

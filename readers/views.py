@@ -247,8 +247,6 @@ def view_source_paths(
 class ViewReader(FormatReader):
     """A view's samples: position ``i`` is the parent's sample ``indices[i]``."""
 
-    name = VIEW_FORMAT
-
     def __init__(
         self, root: Any, manifest: ViewManifest, parent: FormatReader, indices: np.ndarray, verify: bool
     ):

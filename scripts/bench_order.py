@@ -25,9 +25,9 @@ sys.path.insert(0, str(REPO))
 
 from packer.bench.harness import time_epochs  # noqa: E402
 from packer.engine import pack_folder  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
 from readers import make_loader, open_iterable, shuffle_quality  # noqa: E402
 from readers.formats import open_reader  # noqa: E402
+from readers.formats.packed_sample import PreprocessSpec  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
 
 GRID = [(16, 1024), (64, 1024), (64, 4096), (256, 4096), (16, 4096)]

@@ -33,8 +33,8 @@ from packer.bench.baseline import collate_list  # noqa: E402
 from packer.bench.contenders import batch_path, sample_path  # noqa: E402
 from packer.bench.harness import MemorySampler, time_epochs  # noqa: E402
 from packer.bench.prepare import ensure_packed  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
 from readers import DeterministicSampler, open_dataset  # noqa: E402
+from readers.formats.packed_sample import PreprocessSpec  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
 
 _BLOBS: list[bytes] = []

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from packer.engine import pack_folder  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
+from readers.formats.packed_sample import PreprocessSpec  # noqa: E402
 from scripts.make_bench_data import make_bench_folder  # noqa: E402
 from tests.s3server import free_port  # noqa: E402
 

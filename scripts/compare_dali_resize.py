@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from readers import RandomResizedCrop
 from readers.dali import dali_loader
+from readers.formats.packed_sample import PreprocessSpec
 
 REPO = Path(__file__).resolve().parent.parent
 CASES: dict[str, dict[str, Any]] = {

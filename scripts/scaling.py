@@ -30,7 +30,7 @@ from packer.bench.harness import MemorySampler, folder_bytes  # noqa: E402
 from packer.bench.model import Settings, Target  # noqa: E402
 from packer.bench.run import measure_isolated  # noqa: E402
 from packer.engine import pack_folder  # noqa: E402
-from packer.preprocess import PreprocessSpec  # noqa: E402
+from readers.formats.packed_sample import PreprocessSpec  # noqa: E402
 from scripts.make_bench_data import _parse_size, make_bench_folder  # noqa: E402
 
 

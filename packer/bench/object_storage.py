@@ -107,7 +107,7 @@ def ceiling(fs: Any, paths: list[str], images: int) -> tuple[int, float]:
 
 def prepare(n: int, per_shard: int, root: Path) -> Path:
     from packer.bench.prepare import ensure_packed
-    from packer.preprocess import PreprocessSpec
+    from readers.formats.packed_sample import PreprocessSpec
     from scripts.make_bench_data import make_bench_folder
 
     src = make_bench_folder(root / f"src-n{n}", n, 100)

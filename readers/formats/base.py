@@ -98,7 +98,6 @@ def check_regular(st: os.stat_result, where: str) -> None:
 
 
 class FormatReader:
-    name: ClassVar[str] = ""
     # Formats where a lookup costs about what a sequential step costs (LMDB) set this to 1.
     merge_gap: ClassVar[int] = MERGE_GAP
     # Datasets packed with an older format_version than this are refused with a re-pack hint.

@@ -1,6 +1,6 @@
 """WebDataset tar shards ``shard-000000.tar`` with DALI-format sidecar indexes ``shard-000000.idx``.
 
-On-disk layout (shared with the writer in packer/formats/tar.py):
+On-disk layout (shared with writer.py beside it):
 - a shard is a plain USTAR archive (mtime 0, uid/gid 0, no PAX headers); each sample is three
   adjacent members ``<key>.<ext>`` (the image: jpg, png, bmp, raw, or the sniffed type of an
   original file), ``<key>.cls`` (the label in ASCII) and ``<key>.json`` (label, class name or null,
@@ -174,7 +174,6 @@ class _OpenShard:
 
 
 class TarReader(FormatReader):
-    name = "tar"
     checks_shards_on_open = True
 
     # -- where things are ---------------------------------------------------------------------
