@@ -28,7 +28,8 @@ import numpy as np
 
 from readers.checksums import check_against_manifest
 from readers.errors import ChecksumError, ManifestError, warn
-from readers.formats.base import FormatReader, open_shard_file
+from readers.formats.base import FormatReader
+from readers.formats.part_files import open_shard_file
 from readers.manifest import Shard
 from readers.readahead import Extent, open_parts
 from readers.record import Record

@@ -35,7 +35,8 @@ import numpy as np
 from readers.checksums import masked_crc
 from readers.decode import jpeg_size
 from readers.errors import ChecksumError, ManifestError, warn
-from readers.formats.base import FormatReader, open_shard_file
+from readers.formats.base import FormatReader
+from readers.formats.part_files import open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.formats.tfrecord.fields import FIELDS_FEATURE
 from readers.manifest import Manifest, Shard
