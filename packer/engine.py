@@ -236,7 +236,7 @@ def pack_folder(
     if is_url(out):
         from packer.remote_output import check_remote_format
 
-        check_remote_format(fmt, str(out))
+        check_remote_format(writer.format, str(out))
     scan = src if isinstance(src, SourceScan) else _scan(src, storage_options)
     refuse_fields(writer.format, scan.fields)
     writer = writer.with_fields(scan.fields, scan.classes)
