@@ -31,13 +31,13 @@ from packer.append_place import LocalPlace, Place, RemotePlace
 from packer.dedup import Known
 from packer.engine import PackReport, pack
 from packer.output import OutputLock, versioned
-from packer.preprocess import PreprocessSpec
 from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import merge_sizes
 from packer.source import SourceScan
 from packer.spec import PackSpec
 from readers.checksums import sha256_of_bytes
 from readers.errors import ImgpackError, OptionError
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import (
     MANIFEST_NAME,
     PROGRESS_NAME,

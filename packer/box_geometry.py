@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from packer.preprocess import PackedSample, PreprocessSpec, target_size
+from packer.preprocess import target_size
 from readers.boxes import SampleGeometry, geometry_for_resize_crop, identity_geometry, transform_boxes
 from readers.fields import encode
+from readers.formats.packed_sample import PackedSample, PreprocessSpec
 from readers.geometry import centre_window
 from readers.masks import SEGMENTATION, orient_segmentations, refit_segmentations
 

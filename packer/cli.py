@@ -282,7 +282,7 @@ def verify(dataset, no_decode, workers, storage_options, cache_dir, quiet, as_js
 def reindex(dataset: str) -> None:
     """Rebuild the shard index files (.idx) of DATASET from its shards (formats that keep one),
     and a lost or damaged label file (labels.i64)."""
-    from packer.formats.rolling import reindex as rebuild
+    from packer.reindex import reindex as rebuild
 
     written = rebuild(dataset)
     click.echo(f"{dataset}: wrote {len(written)} index file(s)")

@@ -20,11 +20,11 @@ from typing import Any
 import click
 import numpy as np
 
-from packer.formats import PartResult
 from packer.part_hashes import part_records
 from packer.parts import SKIPPED_AT_KEY, SOURCE_START_KEY, Failure
-from packer.preprocess import PackedSample
 from readers.errors import ImgpackError, OptionError
+from readers.formats.packed_sample import PackedSample
+from readers.formats.writer_base import PartResult
 from readers.near_index import IncrementalIndex
 
 DEDUP_MODES = ("exact", "near")

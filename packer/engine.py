@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from packer.formats import FormatWriter, PartResult, writer_class
 from packer.job import PackJob, PartsRun
 from packer.local_engine import run_local, run_local_kept
 from packer.output import LocalOutput, Output, OutputLock, check_not_source, open_output, remove_temporaries
@@ -35,13 +34,15 @@ from packer.pack_order import ordered_items, write_source_paths
 from packer.part_hashes import write_sidecar
 from packer.part_plan import Plan, plan_parts
 from packer.parts import field_counts
-from packer.preprocess import PreprocessSpec
 from packer.progress import fingerprint, load_progress, save_progress, writing
 from packer.remote_source import scan_place
 from packer.sizes import merge_sizes
 from packer.source import SourceScan
 from packer.spec import PackSpec
 from readers.errors import CallError, ImgpackError
+from readers.formats.packed_sample import PreprocessSpec
+from readers.formats.registry import open_writer, refuse_fields
+from readers.formats.writer_base import FormatWriter, PartResult
 from readers.manifest import PROGRESS_NAME, Manifest, write_manifest
 from readers.remote import is_url
 
@@ -101,13 +102,14 @@ def pack(asked: PackSpec, *, base: tuple[Path, Manifest] | None = None, known: A
     """Run the pack ``asked`` describes (``base``, ``known``: see ``pack_folder``). What only the
     source or the format's writer can refuse is refused here, still before the output is touched."""
     started = time.perf_counter()
-    writer = writer_class(asked.format)(Path(asked.out), asked.preprocess, asked.options)
+    writer = open_writer(asked.format, Path(asked.out), asked.preprocess, asked.options)
     if asked.engine == "ray":
         from packer.ray_engine import check_ray_address
 
         check_ray_address(asked.ray_address)
     src = asked.source
     scan = src if isinstance(src, SourceScan) else scan_place(src, asked.storage_options)
+    refuse_fields(writer.format, scan.fields)
     writer = writer.with_fields(scan.fields, scan.classes)
     if base is not None:
         writer = writer.extending(base[0], base[1].num_samples, len(base[1].shards))

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from packer.formats import FormatWriter, PartResult
 from packer.output import Output
-from packer.preprocess import PreprocessSpec
 from packer.source import SourceScan
 from packer.spec import PackSpec
+from readers.formats.packed_sample import PreprocessSpec
+from readers.formats.writer_base import FormatWriter, PartResult
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,7 @@ from readers.sample_hashes import is_hashes_name
 from readers.sample_sources import SOURCE_PATHS_NAME
 
 if TYPE_CHECKING:
-    from packer.formats import FormatWriter, PartResult
+    from readers.formats.writer_base import FormatWriter, PartResult
     from readers.manifest import Shard
 
 try:

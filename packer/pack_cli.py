@@ -16,18 +16,18 @@ import click
 
 from packer.cli_options import storage_options_option
 from packer.dedup import dedup_options
-from packer.preprocess import (
+from packer.spec import ENGINES, ON_ERRORS
+from readers.errors import ImgpackError
+from readers.formats.pack_option import PackOption
+from readers.formats.packed_sample import (
     AUTO_RESAMPLE,
     DEFAULT_MAX_PIXELS,
-    ENCODINGS,
     RESAMPLERS,
     RESIZE_MODES,
     PreprocessSpec,
 )
-from packer.spec import ENGINES, ON_ERRORS
-from readers.errors import ImgpackError
-from readers.formats.pack_option import PackOption
 from readers.formats.registry import format_names, formats_taking, registered
+from readers.manifest import ENCODINGS
 from readers.order import PACK_ORDERS
 
 PREPROCESS = tuple(f.name for f in dataclasses.fields(PreprocessSpec))  # the flags' names too

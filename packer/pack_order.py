@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from packer.formats import PartResult
 from packer.parts import SKIPPED_AT_KEY
 from packer.source_items import SourceItems, rel_run
+from readers.formats.writer_base import PartResult
 from readers.order import pack_order
 from readers.sample_sources import SOURCE_PATHS_NAME
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from packer.formats import PartResult
-from packer.preprocess import PackedSample
+from readers.formats.packed_sample import PackedSample
+from readers.formats.writer_base import PartResult
 from readers.manifest import write_atomic
 from readers.sample_hashes import HASH_RECORD, HASHES_NAME, hashes_entry, pack_records
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from packer.formats import PartResult
 from packer.parts import FIRST_KEY, SKIPPED_AT_KEY, SOURCE_COUNT_KEY, SOURCE_START_KEY, Failure
-from packer.preprocess import PackedSample
+from readers.formats.packed_sample import PackedSample
+from readers.formats.writer_base import PartResult
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ from dataclasses import asdict
 from typing import Any
 
 from packer.box_geometry import refit_packed
-from packer.formats import FormatWriter, PartResult, PartWriter
-from packer.formats.base import disk_hint
 from packer.part_hashes import PartHashes
-from packer.preprocess import PackedSample, PreprocessSpec, SkipSample, preprocess_file
+from packer.preprocess import SkipSample, preprocess_file
 from packer.sizes import KEY as SIZES_KEY
 from packer.sizes import SizeTally
 from packer.source import SourceItem
 from readers.errors import ImgpackError
+from readers.formats.packed_sample import PackedSample, PreprocessSpec
+from readers.formats.writer_base import FormatWriter, PartResult, PartWriter, disk_hint
 from readers.manifest import Shard
 from readers.remote import is_url
 

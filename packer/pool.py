@@ -15,9 +15,9 @@ from typing import Any
 
 from packer.lifetime import die_with_parent
 from packer.parts import Failure, preprocess_chunk
-from packer.preprocess import PackedSample, PreprocessSpec
 from packer.source import SourceItem
 from packer.source_items import chunked
+from readers.formats.packed_sample import PackedSample, PreprocessSpec
 from readers.remote import is_url
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}

@@ -1,8 +1,8 @@
 """The offline transform applied once per image: decode, orient, convert, resize, crop, encode.
 
-``PreprocessSpec`` describes it completely and is stored in the manifest, so a dataset records
-exactly how it was made. ``preprocess_file`` turns one source file into a ``PackedSample`` or
-raises ``SkipSample`` with a reason a person can act on.
+``PreprocessSpec`` (readers/formats/packed_sample.py) describes it completely and is stored in the
+manifest, so a dataset records exactly how it was made. ``preprocess_file`` turns one source file
+into a ``PackedSample`` or raises ``SkipSample`` with a reason a person can act on.
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import io
 import os
 import stat
 import warnings
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from readers import resample
-from readers.errors import OptionError
+from readers.formats.packed_sample import AUTO_RESAMPLE, PILLOW_RESAMPLERS, PackedSample, PreprocessSpec
 from readers.geometry import centre_window, resized_size, round_size
 from readers.sample_hashes import digest_of, phash_of_image
 
@@ -27,20 +26,8 @@ try:
 except ImportError:  # pragma: no cover
     simplejpeg = None
 
-ENCODINGS = ("jpeg", "png", "raw", "bmp", "original")
-RESIZE_MODES = ("shorter", "longer", "exact")
-# "auto": the readers' resampler (readers.resample), so ``--resize N`` at pack time and
-# ``resize=N`` at read time of a lossless original give the same pixels; the others are Pillow's.
-AUTO_RESAMPLE = "auto"
-RESAMPLE = {
-    "nearest": Image.Resampling.NEAREST,
-    "bilinear": Image.Resampling.BILINEAR,
-    "bicubic": Image.Resampling.BICUBIC,
-    "lanczos": Image.Resampling.LANCZOS,
-}
-RESAMPLERS = (AUTO_RESAMPLE, *RESAMPLE)
-# Pillow's own default limit; images above it are refused as possible decompression bombs.
-DEFAULT_MAX_PIXELS = 89_478_485
+# Pillow's filter of each ``--resample`` name but "auto" (the readers' resampler).
+RESAMPLE = {name: Image.Resampling[name.upper()] for name in PILLOW_RESAMPLERS}
 ORIENTATION_SWAPS_AXES = {5, 6, 7, 8}
 # EXIF orientation -> the transpose that makes the image upright (as ImageOps.exif_transpose).
 ORIENTATION_TRANSPOSE = {
@@ -56,86 +43,6 @@ ORIENTATION_TRANSPOSE = {
 
 class SkipSample(Exception):
     """This source file cannot be packed; the message is the reason recorded in ``skipped``."""
-
-
-@dataclass(frozen=True)
-class PreprocessSpec:
-    resize: int | None = None
-    resize_mode: str = "shorter"
-    crop: int | None = None
-    encode: str = "jpeg"
-    quality: int = 90
-    mode: str = "RGB"
-    upscale: bool = False
-    resample: str = AUTO_RESAMPLE
-    max_pixels: int = DEFAULT_MAX_PIXELS
-
-    def __post_init__(self) -> None:
-        if self.encode not in ENCODINGS:
-            raise OptionError(f"encode={self.encode!r}; use one of {', '.join(ENCODINGS)}")
-        if self.resize_mode not in RESIZE_MODES:
-            raise OptionError(f"resize_mode={self.resize_mode!r}; use one of {', '.join(RESIZE_MODES)}")
-        if self.mode not in ("RGB", "L"):
-            raise OptionError(f"mode={self.mode!r}; use RGB or L")
-        if self.resample not in RESAMPLERS:
-            raise OptionError(f"resample={self.resample!r}; use one of {', '.join(RESAMPLERS)}")
-        if not 1 <= self.quality <= 100:
-            raise OptionError(f"quality={self.quality} must be between 1 and 100")
-        for name in ("resize", "crop"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise OptionError(f"{name}={value} must be a positive number of pixels")
-        if self.encode == "original" and (self.resize or self.crop or self.mode != "RGB"):
-            raise OptionError(
-                "encode=original stores the source bytes unchanged; drop --resize/--crop/--mode"
-            )
-        if self.crop and self.resize and self.crop > self.resize:
-            raise OptionError(
-                f"--crop {self.crop} is larger than --resize {self.resize}: every image would have to be "
-                f"enlarged again after resizing; use --crop {self.resize} or less (or a larger --resize)"
-            )
-
-    @property
-    def fixed_size(self) -> tuple[int, int] | None:
-        """(height, width) every output image has, if the spec guarantees one."""
-        if self.crop:
-            return self.crop, self.crop
-        if self.resize and self.resize_mode == "exact":
-            return self.resize, self.resize
-        return None
-
-    @property
-    def channels(self) -> int:
-        return 1 if self.mode == "L" else 3
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PreprocessSpec:
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-@dataclass
-class PackedSample:
-    source_index: int
-    rel: str
-    label: int
-    data: bytes
-    height: int
-    width: int
-    channels: int
-    encoding: str
-    original_size: tuple[int, int]  # (width, height) of the source after EXIF orientation
-    upscaled: bool = False  # enlarged on the way (only with --upscale, or --resize-mode exact)
-    dataset_index: int = -1  # its index in the dataset, given when its part is written (packer/parts.py)
-    fields: str = ""  # the sample's fields as canonical JSON (readers.fields.encode), "" for none
-    # The source's EXIF orientation (1-8, 1 when it has none): the stored pixels are upright, so a
-    # box given in the file's raw pixel grid turns with them (packer.box_geometry.orient_boxes).
-    orientation: int = 1
-    phash: int = 0  # the 64-bit perceptual hash of the stored pixels (readers/sample_hashes.py)
-    digest: bytes = b""  # the exact content hash of ``data``
 
 
 def resized_size_of(width: int, height: int, spec: PreprocessSpec) -> tuple[int, int]:

@@ -11,13 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from packer.formats import PartResult
-from packer.formats.base import disk_hint
 from packer.parts import one_line, part_from_dict, part_to_dict
-from packer.preprocess import PreprocessSpec
 from packer.source import SourceScan
 from packer.source_items import rel_run
 from readers.errors import ImgpackError
+from readers.formats.packed_sample import PreprocessSpec
+from readers.formats.writer_base import PartResult, disk_hint
 from readers.manifest import PROGRESS_NAME, write_atomic
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from packer.formats import PartResult
 from packer.parts import SKIPPED_AT_KEY, SOURCE_COUNT_KEY, SOURCE_START_KEY, Failure, preprocess_items
-from packer.preprocess import PackedSample, PreprocessSpec
+from readers.formats.packed_sample import PackedSample, PreprocessSpec
+from readers.formats.writer_base import PartResult
 
 CARRY_BYTES = 256 << 20  # the most encoded bytes of one part kept for a re-cut
 Carried = dict[int, tuple[int, Any]]  # pack-order start -> (source files, object ref of the results)

@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packer.dedup import applied, skips_of
-from packer.formats import FormatWriter
 from packer.lifetime import process_alive
 from packer.pack_order import ordered_items
 from packer.parts import BLOCK, part_from_dict, part_to_dict, preprocess_chunk, write_part
-from packer.preprocess import PreprocessSpec
 from packer.ray_carry import Carried, Keeper, carried_or_preprocessed, overlapping, settle
 from readers.errors import ImgpackError
+from readers.formats.packed_sample import PreprocessSpec
+from readers.formats.writer_base import FormatWriter
 
 if TYPE_CHECKING:
     from packer.job import PackJob, PartsRun

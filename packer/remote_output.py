@@ -30,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from packer.formats import FormatWriter, PartResult
 from packer.output import (
     OutputLock,
     dataset_format,
@@ -40,7 +39,9 @@ from packer.output import (
     remove_part_files,
 )
 from readers.errors import ImgpackError
-from readers.formats.registry import format_named, registered
+from readers.formats.format import Format
+from readers.formats.registry import registered
+from readers.formats.writer_base import FormatWriter, PartResult
 from readers.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
 from readers.remote import Progress, RemoteError, remote_call, url_fs
 from readers.sample_hashes import is_hashes_name
@@ -284,7 +285,7 @@ class RemoteOutput:
     def finish(
         self, writer: FormatWriter, results: list[PartResult], classes: list[str]
     ) -> tuple[list[Shard], dict[str, Any]]:
-        how = format_named(writer.name).remote_finish
+        how = writer.format.remote_finish
         if how in ("rename", "as-is"):  # files a finish writes go straight to the store
 
             def write_file(name: str, data: bytes) -> None:
@@ -349,11 +350,11 @@ class RemoteOutput:
         shutil.rmtree(work)  # the lock on it goes with the pack's end
 
 
-def check_remote_format(fmt: str, url: str) -> None:
-    if format_named(fmt).remote_finish is None:
+def check_remote_format(fmt: Format, url: str) -> None:
+    if fmt.remote_finish is None:
         can = ", ".join(name for name, f in registered().items() if f.remote_finish is not None)
         raise ImgpackError(
-            f"{url}: --to {fmt} cannot be written to a URL yet (it can: {can}); "
+            f"{url}: --to {fmt.name} cannot be written to a URL yet (it can: {can}); "
             "pack to a local folder and upload it"
         )
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from packer.preprocess import PackedSample
+from readers.formats.packed_sample import PackedSample
 
 KEY = "stored_sizes"
 

@@ -18,11 +18,11 @@ from typing import Any
 
 from packer.dedup import dedup_record
 from packer.pack_order import order_record
-from packer.preprocess import PreprocessSpec
 from packer.source import SourceScan
 from readers.errors import OptionError
 from readers.formats.format import Format
 from readers.formats.pack_option import option_flag
+from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import format_named, formats_taking, registered
 from readers.order import PACK_ORDERS
 from readers.remote import is_url
@@ -66,7 +66,9 @@ class PackSpec:
         if isinstance(self.preprocess, dict):
             set_(self, "preprocess", PreprocessSpec(**self.preprocess))
         if not isinstance(self.preprocess, PreprocessSpec):
-            raise OptionError(f"preprocess={self.preprocess!r}: give a packer.preprocess.PreprocessSpec")
+            raise OptionError(
+                f"preprocess={self.preprocess!r}: give a PreprocessSpec (readers.formats.packed_sample)"
+            )
         set_(self, "options", _format_options(fmt, self.options))
         if self.engine not in ENGINES:
             raise OptionError(f"--engine {self.engine}: use one of {', '.join(ENGINES)}")

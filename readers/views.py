@@ -37,7 +37,8 @@ import numpy as np
 
 from readers.checksums import REMOTE_FIX, check_against_manifest, sha256_of_bytes
 from readers.errors import ManifestError
-from readers.formats.base import FormatReader, check_regular, read_all, shards_holding
+from readers.formats.base import FormatReader
+from readers.formats.part_files import PartFiles, check_regular, read_all, shards_holding
 from readers.manifest import SEAL_FIELD, Manifest, json_text, read_manifest, seal_of
 from readers.paths import inside
 from readers.record import Record
@@ -247,8 +248,6 @@ def view_source_paths(
 class ViewReader(FormatReader):
     """A view's samples: position ``i`` is the parent's sample ``indices[i]``."""
 
-    name = VIEW_FORMAT
-
     def __init__(
         self, root: Any, manifest: ViewManifest, parent: FormatReader, indices: np.ndarray, verify: bool
     ):
@@ -321,7 +320,7 @@ class ViewReader(FormatReader):
     def check_every_part(self) -> None:
         self.parent.check_every_part()
 
-    def checked_parts(self) -> list[tuple[FormatReader, Any]]:
+    def checked_parts(self) -> list[tuple[PartFiles, Any]]:
         used = self.__dict__.get("_used")
         if used is None:
             used = self._used = shards_holding(self.parent.manifest, self.indices)

@@ -65,7 +65,7 @@ _PACKED: dict[tuple, Path] = {}
 def packed(tmp_path_factory):
     """packed(fmt, **spec) -> path of sample_data packed that way (cached for the session)."""
     from packer.engine import pack_folder
-    from packer.preprocess import PreprocessSpec
+    from readers.formats.packed_sample import PreprocessSpec
 
     def make(fmt: str = "lmdb", src: Path = SAMPLE_DATA, options: dict | None = None, **spec) -> Path:
         key = (fmt, str(src), tuple(sorted((options or {}).items())), tuple(sorted(spec.items())))

@@ -20,9 +20,7 @@ def formats_with_index_files() -> list[str]:
 
 def numbered_and_not() -> list[str]:
     """One format whose samples carry their dataset index (tar keys) and one whose do not."""
-    from packer.formats import writer_class
-
-    stores = {name: writer_class(name).stores_indices for name in format_names()}
+    stores = {name: format_named(name).writer_class().stores_indices for name in format_names()}
     return [next(n for n, s in stores.items() if s), next(n for n, s in stores.items() if not s)]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.views import write_view
+from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA
 
 FIXED = {"resize": 40, "crop": 32, "encode": "png"}

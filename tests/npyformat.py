@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.formats.base import FormatWriter, PartWriter
-from packer.preprocess import PackedSample
 from readers.checksums import file_sha256
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
 from readers.formats.format import Format
+from readers.formats.packed_sample import PackedSample
+from readers.formats.writer_base import FormatWriter, PartWriter
 from readers.manifest import Shard
 from readers.record import ENCODING_CODES, ENCODING_NAMES, Record
 
@@ -53,7 +53,6 @@ class NpyPartWriter(PartWriter):
 
 
 class NpyWriter(FormatWriter):
-    name = "npy"
 
     def open_part(self, part: int) -> NpyPartWriter:
         return NpyPartWriter(self.out / part_name(part))
@@ -63,7 +62,6 @@ class NpyWriter(FormatWriter):
 
 
 class NpyReader(FormatReader):
-    name = "npy"
 
     def check_parts(self) -> None:
         for entry in self.manifest.shards:

@@ -18,15 +18,14 @@ from PIL import Image
 from packer.append import append_to, versioned
 from packer.append_place import STAGING, RemotePlace
 from packer.engine import pack_folder
-from packer.formats import writer_class
 from packer.imagelist import scan_list
 from packer.output import PROGRESS_NAME
-from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
 from readers import ResumeError, open_iterable, source_paths
 from readers.errors import OptionError
 from readers.formats import open_reader
-from readers.formats.registry import format_names, formats_storing_fields
+from readers.formats.packed_sample import PreprocessSpec
+from readers.formats.registry import format_named, format_names, formats_storing_fields
 from readers.formats.tar.reader import sample_key, split_member
 from readers.manifest import MANIFEST_NAME, read_manifest
 from readers.sample_hashes import hashes_of
@@ -112,7 +111,7 @@ def test_append_reads_as_the_union_and_leaves_version_1_alone(fmt, sources, tmp_
     new_rels = source_paths(ds)[12:]
     assert new_rels != sorted(new_rels)  # the pack-time shuffle applied to the new samples
 
-    if writer_class(fmt).stores_indices:  # the samples' own keys name their dataset index
+    if format_named(fmt).writer_class().stores_indices:  # the samples' own keys name their dataset index
         assert stored_keys(ds) == [sample_key(i) for i in range(24)]
 
     fresh = tmp_path / "fresh"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from readers import open_dataset, read_manifest, source_paths
 from readers.errors import ImgpackError
+from readers.formats.packed_sample import PreprocessSpec
 from tests.badinput import (
     EMPTY_CLASS,
     UNREADABLE,

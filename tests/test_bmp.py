@@ -14,13 +14,13 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
 from readers import ImgpackError, open_dataset, open_iterable
 from readers.bmpcodec import decode_bmp, encode_bmp
 from readers.decode import decode_array
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import read_manifest
 from tests.badinput import by_outcome, make_bad_corpus
 from tests.conftest import SAMPLE_DATA, packed_items, reference_pixels, run_cli

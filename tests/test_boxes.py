@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from packer.box_geometry import pack_geometry
-from packer.preprocess import PreprocessSpec, preprocess_image
+from packer.preprocess import preprocess_image
 from readers import resample
 from readers.boxes import (
     SampleGeometry,
@@ -18,6 +18,7 @@ from readers.boxes import (
     transform_box_batch,
     transform_boxes,
 )
+from readers.formats.packed_sample import PreprocessSpec
 from readers.geometry import RandomResizedCrop, Window, centre_window, resized_size, sample_uniforms
 from tests.cocodata import iou
 
@@ -153,7 +154,7 @@ def test_refit_fields_moves_boxes_and_filters_per_box_fields():
     from PIL import Image
 
     from packer.box_geometry import refit_fields
-    from packer.preprocess import PackedSample
+    from readers.formats.packed_sample import PackedSample
 
     spec = PreprocessSpec(resize=40, crop=40)
     boxes = [[70, 20, 40, 50], [0, 0, 10, 10]]  # the second falls outside the centre crop

@@ -177,8 +177,8 @@ def test_pack_workers_move_the_boxes_with_the_pixels(coco, tmp_path):
     once: a pool of two workers stores exactly what the in-process pack stores."""
     from packer.engine import pack_folder
     from packer.parts import preprocess_chunk
-    from packer.preprocess import PreprocessSpec
     from readers.formats import open_reader
+    from readers.formats.packed_sample import PreprocessSpec
 
     scan = coco_source(coco, coco.parent / "images")
     spec = PreprocessSpec(resize=48, crop=40)

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 
-from packer.preprocess import PreprocessSpec
 from packer.rows import Row, pack_rows
 from readers import RandomResizedCrop
 from readers.dali import dali_loader
 from readers.dali.fields import carried, stored_fields
 from readers.errors import OptionError
 from readers.fields import KINDS, typed
+from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import formats_storing_fields
 from readers.record import Record
 from tests.cocodata import CLASSES, make_coco

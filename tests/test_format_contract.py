@@ -23,9 +23,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.formats.rolling import reindex
 from packer.output import foreign_entries
-from packer.preprocess import PreprocessSpec
+from packer.reindex import reindex
 from packer.source import scan_folder
 from packer.verify import verify_dataset
 from readers import open_dataset, open_iterable
@@ -33,7 +32,8 @@ from readers.errors import ChecksumError, ImgpackError, ManifestError
 from readers.formats import format_named, format_names, open_reader, register_format, unregister_format
 from readers.formats.base import FormatReader
 from readers.formats.format import COMMON_READER_OPTIONS
-from readers.formats.registry import PLUGINS_ENV
+from readers.formats.packed_sample import PreprocessSpec
+from readers.formats.registry import PLUGINS_ENV, open_writer
 from readers.manifest import read_manifest
 from tests import npyformat
 from tests.conftest import SAMPLE_DATA, run_cli
@@ -89,9 +89,11 @@ def stored(path: str | Path, **options) -> list[tuple[bytes, int]]:
 
 
 # -- the registry entry -------------------------------------------------------------------------
-def test_registry_entry_describes_the_format(fmt, small):
+def test_registry_entry_describes_the_format(fmt, small, tmp_path):
     entry = format_named(fmt)
-    assert entry.writer_class().name == entry.reader_class().name == fmt
+    writer = open_writer(fmt, tmp_path / "out", PreprocessSpec(**spec_for(fmt)), {})
+    assert writer.format is entry and writer.name == fmt  # handed its Format, never looked up
+    assert not {"name"} & (vars(entry.writer_class()).keys() | vars(entry.reader_class()).keys())
     reader_init = inspect.signature(entry.reader_class().__init__).parameters
     common = inspect.signature(FormatReader.__init__).parameters
     own = {n for n, p in reader_init.items() if n not in common and p.kind is not p.VAR_KEYWORD}

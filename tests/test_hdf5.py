@@ -13,12 +13,13 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec, preprocess_file
+from packer.preprocess import preprocess_file
 from packer.source import scan_folder
 from readers import open_dataset, open_iterable
 from readers.decode import decode_array
 from readers.errors import ChecksumError, ImgpackError
 from readers.formats import open_reader
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import read_manifest
 from tests.badinput import by_outcome, make_bad_corpus
 from tests.conftest import SAMPLE_DATA, packed_items, reference_pixels, run_cli

@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from packer.cli import main
 from packer.engine import pack_folder
 from packer.imagelist import scan_list
-from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
 from readers import open_dataset, read_manifest
 from readers.errors import ImgpackError
+from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA, run_cli
 
 SPEC = {"resize": 32, "crop": 32, "encode": "png"}

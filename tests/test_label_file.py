@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from packer.engine import pack_folder
-from packer.formats.rolling import reindex
-from packer.preprocess import PreprocessSpec
+from packer.reindex import reindex
 from packer.verify import verify_dataset
 from readers.errors import ChecksumError, ImgpackError, ManifestError
 from readers.formats import format_named, format_names, open_reader
 from readers.formats.label_file import LABELS_NAME
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import MANIFEST_NAME, read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_damage import edit_manifest

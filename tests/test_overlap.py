@@ -10,9 +10,9 @@ import pytest
 
 from packer.engine import pack_folder
 from packer.overlap import load_hashes, overlap_pairs, read_indices
-from packer.preprocess import PreprocessSpec
 from readers import read_manifest, source_paths
 from readers.formats import format_named, format_names
+from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import run_cli
 from tests.helpers_dedup import planted_folder
 from tests.s3server import BUCKET

@@ -13,7 +13,8 @@ from tests.conftest import run_cli
 
 @pytest.mark.parametrize("mode", ["I;16", "I;16B", "I"])
 def test_16_bit_values_keep_their_high_byte_whatever_the_maximum(mode):
-    from packer.preprocess import PreprocessSpec, preprocess_image
+    from packer.preprocess import preprocess_image
+    from readers.formats.packed_sample import PreprocessSpec
 
     for value, expected in [(200, 0), (255, 0), (256, 1), (200 * 257, 200), (65535, 255)]:
         array = np.full((4, 4), value, np.uint16 if mode.startswith("I;16") else np.int32)

@@ -11,10 +11,10 @@ import pytest
 from PIL import Image
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.verify import verify_dataset
 from readers import open_dataset, read_manifest
 from readers.formats import format_names
+from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA
 from tests.packrun import run_pack
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
 from packer.verify import verify_dataset
+from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.packrun import (
     SLOW_PACK,
@@ -129,11 +129,11 @@ def test_a_ray_task_stops_and_drops_its_staged_part_when_the_driver_is_gone(tmp_
     with the pid of a driver that was killed, and with a live one."""
     import socket
 
-    from packer.formats import writer_class
     from packer.ray_engine import DriverGone, _pack_part, _staged_writer
+    from readers.formats.registry import open_writer
 
     items = scan_folder(SAMPLE_DATA).items
-    writer = writer_class("lmdb")(tmp_path / "ds", PreprocessSpec(resize=24), {})
+    writer = open_writer("lmdb", tmp_path / "ds", PreprocessSpec(resize=24), {})
     staged = _staged_writer(writer)
     dead = subprocess.Popen(["sleep", "60"])
     dead.kill()

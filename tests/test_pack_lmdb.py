@@ -10,10 +10,11 @@ from PIL import Image, ImageOps
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec, exif_orientation, preprocess_file
+from packer.preprocess import exif_orientation, preprocess_file
 from packer.source import scan_folder
 from readers import open_dataset, read_manifest
 from readers.errors import ManifestError
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import FORMAT_VERSION
 from tests.conftest import SAMPLE_DATA, packed_items
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.source import SourceItem, scan_folder
 from packer.source_items import SourceItems
 from readers import open_dataset, read_manifest, source_index, source_paths
 from readers.formats import format_names
+from readers.formats.packed_sample import PreprocessSpec
 from readers.order import pack_order
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import numbered_and_not

@@ -10,10 +10,10 @@ import stat
 import pytest
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from readers import open_dataset
 from readers.errors import ManifestError
 from readers.formats import format_names
+from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import parts_hold_the_images
 from tests.packrun import (

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 from packer.cli import main
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.remote_source import scan_url
 from packer.source import scan_folder
 from readers.errors import ImgpackError
 from readers.formats import format_names, open_reader
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA, cli_env, run_cli
 from tests.s3server import BUCKET, free_port

@@ -36,6 +36,7 @@ def test_upscaling_a_thin_strip_past_max_pixels_is_a_skip_with_a_reason(tmp_path
 
 def test_a_decoder_error_without_a_message_is_named_by_its_type(monkeypatch, tmp_path):
     from packer import preprocess
+    from readers.formats.packed_sample import PreprocessSpec
 
     src = write_images(tmp_path / "c", ["a.png"])
 
@@ -44,7 +45,7 @@ def test_a_decoder_error_without_a_message_is_named_by_its_type(monkeypatch, tmp
 
     monkeypatch.setattr(preprocess, "_encode", out_of_memory)
     with pytest.raises(preprocess.SkipSample, match="^cannot decode image: MemoryError$"):
-        preprocess.preprocess_file(str(src / "a.png"), "a.png", 0, 0, preprocess.PreprocessSpec(encode="png"))
+        preprocess.preprocess_file(str(src / "a.png"), "a.png", 0, 0, PreprocessSpec(encode="png"))
 
 
 # -- a NUL byte in a source path is a recorded skip ---------------------------------------

@@ -14,8 +14,6 @@ from click.testing import CliRunner
 
 from packer.cli import main
 from packer.engine import pack, pack_folder
-from packer.formats.base import FormatWriter
-from packer.preprocess import PreprocessSpec
 from packer.source_registry import register_source, registered_sources, unregister_source
 from packer.spec import PackSpec
 from readers import open_dataset, read_manifest
@@ -23,7 +21,9 @@ from readers.errors import CallError, ImgpackError, OptionError
 from readers.formats import register_format, unregister_format
 from readers.formats.format import SHARDING_OPTIONS
 from readers.formats.pack_option import PackOption
+from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import format_names
+from readers.formats.writer_base import FormatWriter
 from tests import npyformat, pairsource
 from tests.conftest import SAMPLE_DATA, cli_env
 

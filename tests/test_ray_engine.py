@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from readers import open_dataset, read_manifest
+from readers.formats.packed_sample import PreprocessSpec
 from tests.badinput import make_bad_corpus
 from tests.conftest import SAMPLE_DATA, run_cli
 

@@ -12,7 +12,7 @@ def test_pack_resize_equals_read_resize_of_a_lossless_original(tmp_path):
     from PIL import Image
 
     from packer.engine import pack_folder
-    from packer.preprocess import PreprocessSpec
+    from readers.formats.packed_sample import PreprocessSpec
     from tests.conftest import SAMPLE_DATA
 
     source = tmp_path / "png-source"

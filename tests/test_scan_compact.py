@@ -12,10 +12,10 @@ import pytest
 from conftest import SAMPLE_DATA
 
 from packer.pack_order import order_record
-from packer.preprocess import PreprocessSpec
 from packer.progress import fingerprint
 from packer.source import IMAGE_EXTENSIONS, SourceItem, SourceScan, scan_folder
 from packer.source_items import SourceItems
+from readers.formats.packed_sample import PreprocessSpec
 
 WEIRD = [  # bytes: some names are not UTF-8
     b"c1/a.jpg", b"c1/a/b.jpg", b"c1/a-b.jpg", b"c1/a b.jpg", b"c1/a.b/x.jpg", b"c1/ab/y.png",

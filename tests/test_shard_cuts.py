@@ -215,9 +215,9 @@ def test_the_pool_s_fill_and_the_exact_cut_agree_on_any_skips(seed):
     the written parts recorded) give the same parts, and each part but the last holds N."""
     import numpy as np
 
-    from packer.formats import PartResult
     from packer.part_plan import Lookahead, fill_part, plan_parts
     from packer.parts import FIRST_KEY, SKIPPED_AT_KEY, SOURCE_COUNT_KEY, SOURCE_START_KEY
+    from readers.formats.writer_base import PartResult
 
     rng = np.random.default_rng(seed)
     total, per_part = int(rng.integers(1, 60)), int(rng.integers(1, 8))

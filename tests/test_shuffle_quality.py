@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from readers import open_iterable, shuffle_quality
+from readers.formats.packed_sample import PreprocessSpec
 from readers.order import pack_order
 from readers.quality import _iid_distinct
 from tests.conftest import run_cli

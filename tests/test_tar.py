@@ -16,12 +16,13 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec, exif_orientation
+from packer.preprocess import exif_orientation
 from packer.source import scan_folder
 from readers import open_dataset, open_iterable
 from readers.decode import decode_array
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import read_manifest
 
 SPLIT = {"samples_per_shard": 10}

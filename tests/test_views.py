@@ -21,11 +21,11 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.views import write_view
 from readers import make_loader, mix, open_dataset, open_iterable, source_paths
 from readers.errors import OptionError
 from readers.formats import format_names, open_reader
+from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import formats_storing_fields
 from readers.manifest import read_manifest
 from readers.resume import ResumeError

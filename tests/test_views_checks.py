@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.verify import verify_dataset
 from packer.views import read_index_list, split_views, write_view
 from readers import open_iterable, source_paths
 from readers.errors import ChecksumError, ImgpackError, OptionError
 from readers.formats import format_names, open_reader
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import read_manifest
 from readers.views import ViewParentError, check_parent, parent_record
 from tests.conftest import SAMPLE_DATA, run_cli

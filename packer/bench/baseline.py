@@ -19,9 +19,10 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from packer.preprocess import PreprocessSpec, resize_image, target_size
+from packer.preprocess import resize_image, target_size
 from packer.source import scan_folder
 from readers.errors import DecodeError
+from readers.formats.packed_sample import PreprocessSpec
 from readers.geometry import TRIES, RandomResizedCrop, centre_window, flip_probability
 
 

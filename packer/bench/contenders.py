@@ -25,7 +25,7 @@ from packer.bench.baseline import ImageFolderBaseline, collate_list
 from packer.bench.harness import BenchError, folder_bytes
 from packer.bench.model import DatasetInfo, Settings, Target
 from packer.order_info import read_quality
-from packer.preprocess import PreprocessSpec
+from readers.formats.packed_sample import PreprocessSpec
 from readers.manifest import read_manifest
 
 

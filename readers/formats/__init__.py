@@ -1,10 +1,12 @@
 """Formats: each one a package below this one (``lmdb/``, ``tar/``...), listed in registry.py.
 
-A format's package holds its reader, its writer and its ``Format`` (format.py). The packages live
-on the reading side because ``packer`` imports ``readers`` and never the reverse: a format's
-``writer.py`` (which builds on packer/formats/base.py) is imported by name, by the packer only,
-so a training job imports no packing code. ``open_reader`` opens a packed dataset with the reader
-its manifest's ``format`` names.
+A format's package holds its reader, its writer and its ``Format`` (format.py); the base classes
+of both directions live here beside each other: base.py (over part_files.py) for readers,
+writer_base.py (and rolling_writer.py) for writers, handed each ``PackedSample`` and the
+``PreprocessSpec`` of packed_sample.py. ``packer`` imports ``readers`` and never the reverse; a
+format's ``writer.py`` is imported by name (``registry.open_writer``), by the packer only, so a
+training job imports no writer. ``open_reader`` opens a packed dataset with the reader its
+manifest's ``format`` names.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import os
 from typing import Any
 
 from readers.errors import ManifestError, OptionError
-from readers.formats.base import FormatReader, dir_identity, shards_holding
+from readers.formats.base import FormatReader
 from readers.formats.format import Format
+from readers.formats.part_files import dir_identity, shards_holding
 from readers.formats.registry import (
     format_named,
     format_names,

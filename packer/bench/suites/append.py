@@ -25,8 +25,8 @@ from PIL import Image
 
 from packer.append import append_to
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from packer.source import scan_folder
+from readers.formats.packed_sample import PreprocessSpec
 
 
 def make_images(root: Path, count: int, classes: int, seed: int, prefix: str) -> Path:

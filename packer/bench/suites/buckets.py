@@ -27,11 +27,11 @@ import numpy as np
 from PIL import Image
 
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from readers import AspectBuckets, make_loader, open_iterable
 from readers.bucket_plan import sample_sizes, summary
 from readers.dali import dali_loader
 from readers.formats import open_reader
+from readers.formats.packed_sample import PreprocessSpec
 
 BATCH = 64
 

@@ -30,7 +30,7 @@ PATHS = {"dali-gpu": "gpu", "dali-cpu": "cpu", "dataloader": "dataloader"}
 
 def prepare(n: int, quiet: bool) -> Path:
     """The packed LMDB input (made once: a bench_data folder, packed at --resize 256)."""
-    from packer.preprocess import PreprocessSpec
+    from readers.formats.packed_sample import PreprocessSpec
 
     src = make_bench_folder(BENCH / f"n{n}", n, verbose=not quiet)
     spec = PreprocessSpec(resize=256)

@@ -37,7 +37,8 @@ def recall(distinct: int, seed: int = 0) -> dict[str, Any]:
 
     from PIL import Image
 
-    from packer.preprocess import PreprocessSpec, preprocess_file
+    from packer.preprocess import preprocess_file
+    from readers.formats.packed_sample import PreprocessSpec
 
     try:
         import imagehash  # the independent reference (dev extra)
@@ -114,6 +115,7 @@ def overlap(big: int, small: int, distance: int, seed: int = 0) -> dict[str, Any
 def cost(images: int, rounds: int, workers: int) -> dict[str, Any]:
     import packer.preprocess as preprocess
     from packer.engine import pack_folder
+    from readers.formats.packed_sample import PreprocessSpec
 
     real = (preprocess.phash_of_image, preprocess.digest_of)
     with tempfile.TemporaryDirectory(prefix="imgpack-bench-dedup-") as tmp:
@@ -131,7 +133,7 @@ def cost(images: int, rounds: int, workers: int) -> dict[str, Any]:
                     preprocess.phash_of_image, preprocess.digest_of = (lambda img: 0), (lambda data: b"")
                 out = Path(tmp) / f"out-{r}-{kind}"
                 started = time.perf_counter()
-                pack_folder(src, out, "lmdb", preprocess.PreprocessSpec(resize=256), workers=workers)
+                pack_folder(src, out, "lmdb", PreprocessSpec(resize=256), workers=workers)
                 times[kind].append(time.perf_counter() - started)
         preprocess.phash_of_image, preprocess.digest_of = real
     hashed, unhashed = statistics.median(times["hashed"]), statistics.median(times["unhashed"])
@@ -149,7 +151,8 @@ def per_image_share(repeats: int = 300) -> dict[str, float]:
 
     from PIL import Image
 
-    from packer.preprocess import PreprocessSpec, preprocess_file
+    from packer.preprocess import preprocess_file
+    from readers.formats.packed_sample import PreprocessSpec
     from readers.sample_hashes import digest_of, phash_of_image
 
     buffer = io.BytesIO()

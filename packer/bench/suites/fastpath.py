@@ -69,7 +69,7 @@ def prepare(
 ) -> dict[str, dict[str, str]]:
     """Every stored dataset the ``workloads`` read (made once, reused by later runs)."""
     from packer.bench.prepare import ensure_packed
-    from packer.preprocess import PreprocessSpec
+    from readers.formats.packed_sample import PreprocessSpec
 
     paths: dict[str, dict[str, str]] = {}
     specs = {

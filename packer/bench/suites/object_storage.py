@@ -108,7 +108,7 @@ def ceiling(fs: Any, paths: list[str], images: int) -> tuple[int, float]:
 def prepare(n: int, per_shard: int, root: Path) -> Path:
     from packer.bench.bench_data import make_bench_folder
     from packer.bench.prepare import ensure_packed
-    from packer.preprocess import PreprocessSpec
+    from readers.formats.packed_sample import PreprocessSpec
 
     src = make_bench_folder(root / f"src-n{n}", n, 100)
     options = {"samples_per_shard": per_shard}

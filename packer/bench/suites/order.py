@@ -23,9 +23,9 @@ from pathlib import Path
 from packer.bench.bench_data import make_bench_folder
 from packer.bench.harness import time_epochs
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
 from readers import make_loader, open_iterable, shuffle_quality
 from readers.formats import open_reader
+from readers.formats.packed_sample import PreprocessSpec
 
 GRID = [(16, 1024), (64, 1024), (64, 4096), (256, 4096), (16, 4096)]
 

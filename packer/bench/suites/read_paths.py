@@ -31,8 +31,8 @@ from packer.bench.bench_data import make_bench_folder
 from packer.bench.contenders import batch_path, sample_path
 from packer.bench.harness import MemorySampler, time_epochs
 from packer.bench.prepare import ensure_packed
-from packer.preprocess import PreprocessSpec
 from readers import DeterministicSampler, open_dataset
+from readers.formats.packed_sample import PreprocessSpec
 
 _BLOBS: list[bytes] = []
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from packer.bench.bench_data import make_bench_folder
 from packer.bench.s3server import free_port
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
+from readers.formats.packed_sample import PreprocessSpec
 
 if TYPE_CHECKING:
     import s3fs

@@ -27,7 +27,7 @@ from packer.bench.harness import MemorySampler, folder_bytes
 from packer.bench.model import Settings, Target
 from packer.bench.run import measure_isolated
 from packer.engine import pack_folder
-from packer.preprocess import PreprocessSpec
+from readers.formats.packed_sample import PreprocessSpec
 
 
 @dataclass

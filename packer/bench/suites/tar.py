@@ -39,7 +39,7 @@ WORKERS = 2
 
 def pack_imgpack(src: Path, out: Path, per_shard: int, workers: int) -> float:
     from packer.engine import pack_folder
-    from packer.preprocess import PreprocessSpec
+    from readers.formats.packed_sample import PreprocessSpec
 
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()

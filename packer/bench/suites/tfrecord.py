@@ -31,7 +31,7 @@ WORKERS = 2
 
 
 def pack(src: Path, out: Path, fmt: str, encode: str) -> Path:
-    from packer.preprocess import PreprocessSpec
+    from readers.formats.packed_sample import PreprocessSpec
 
     spec = PreprocessSpec(resize=256, crop=224, encode=encode)
     return ensure_packed(src, out / f"{fmt}-{encode}", fmt, spec, options={"samples_per_shard": 1000})

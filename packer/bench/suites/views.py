@@ -106,8 +106,8 @@ def records_rate(path: str, epoch: int, batch_size: int) -> float:
 
 def bench_format(fmt: str, images: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from packer.engine import pack_folder
-    from packer.preprocess import PreprocessSpec
     from packer.views import split_views, write_view
+    from readers.formats.packed_sample import PreprocessSpec
 
     parent = work / f"{fmt}-parent"
     encode = "bmp" if fmt == "bmp" else "jpeg"

@@ -1,6 +1,6 @@
 """The BMP cache: pre-resized ``OUT/<class>/<stem>.bmp`` files mirroring the source tree.
 
-On-disk layout (shared with the writer in packer/formats/bmp.py):
+On-disk layout (shared with writer.py beside it):
 - ``<class>/[<subdir>/]<stem>.bmp``: 24-bit BGR (8-bit grey palette for ``--mode L``), rows
   top-down, so the tree is also a torchvision ImageFolder (every class of the manifest has a
   folder, so ImageFolder's labels equal imgpack's; an empty one needs ``allow_empty=True``);
@@ -145,7 +145,6 @@ class BmpIndex:
 
 
 class BmpReader(FormatReader):
-    name = "bmp"
     merge_gap = 1  # one file per image: reading the files in a gap would only throw them away
     oldest_format_version = 2  # the index's crc32 covers label and shape since format_version 2
 

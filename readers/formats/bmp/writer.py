@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from packer.formats.base import FormatWriter, PartResult, PartWriter
-from packer.preprocess import PackedSample
 from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.bmp.reader import COLUMNS, index_header, index_name, read_index
+from readers.formats.packed_sample import PackedSample
+from readers.formats.writer_base import FormatWriter, PartResult, PartWriter
 from readers.manifest import Shard
 from readers.record import crc32, record_crc
 
@@ -142,7 +142,6 @@ class Names:
 
 
 class BmpWriter(FormatWriter):
-    name = "bmp"
 
     def open_part(self, part: int) -> BmpPartWriter:
         return BmpPartWriter(_part_dir(self.out, part))

@@ -1,6 +1,6 @@
 """HDF5 datasets: one or more files ``data-000000.h5`` readable with plain h5py.
 
-On-disk layout of one file (shared with the writer in packer/formats/hdf5.py; docs/formats.md's
+On-disk layout of one file (shared with writer.py beside it; docs/formats.md's
 "HDF5 layout" section documents it for people reading the files without imgpack). N is the
 number of samples in this file; sample k of the file is global sample ``attrs["first"] + k``.
 
@@ -198,7 +198,6 @@ def chunk_table(images: Any) -> tuple[int, int, np.ndarray, np.ndarray]:
 
 
 class Hdf5Reader(FormatReader):
-    name = "hdf5"
     oldest_format_version = 2  # the crc32 dataset covers labels and shapes since format_version 2
 
     def _part(self, shard: int, **kwargs: Any) -> Hdf5Part:

@@ -18,11 +18,11 @@ from typing import Any
 import h5py
 import numpy as np
 
-from packer.formats.base import FormatWriter, PartResult, PartWriter
-from packer.preprocess import PackedSample, PreprocessSpec
 from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.hdf5.reader import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
+from readers.formats.packed_sample import PackedSample, PreprocessSpec
+from readers.formats.writer_base import FormatWriter, PartResult, PartWriter
 from readers.manifest import FORMAT_VERSION, Shard, imgpack_version, json_text
 from readers.record import record_crc
 
@@ -167,7 +167,6 @@ class Hdf5PartWriter(PartWriter):
 
 
 class Hdf5Writer(FormatWriter):
-    name = "hdf5"
 
     def check_options(self) -> None:
         compression = self.options.get("compression")

@@ -1,6 +1,6 @@
 """LMDB datasets: one or more environments ``data-000000.lmdb/`` holding samples by global index.
 
-On-disk layout (shared with the writer in packer/formats/lmdb.py):
+On-disk layout (shared with writer.py beside it):
 - key: the sample's index inside its environment (global index minus the shard's ``first``) as
   8 bytes big-endian, so a cursor walk is a sequential read and shards can be written
   independently (by parallel or Ray tasks) before their place in the dataset is known;
@@ -137,7 +137,6 @@ class OpenEnv:
 
 
 class LmdbReader(FormatReader):
-    name = "lmdb"
     merge_gap = 1  # B-tree lookups in a memory map: reading the records in between buys nothing
     oldest_format_version = 2  # record checksums cover the header since format_version 2
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from packer.formats.base import FormatWriter, PartWriter, disk_hint
-from packer.preprocess import PackedSample
 from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.lmdb.reader import LABELS_KEY, encode_key, shard_name
+from readers.formats.packed_sample import PackedSample
+from readers.formats.writer_base import FormatWriter, PartWriter, disk_hint
 from readers.manifest import Shard
 from readers.record import pack_record
 
@@ -103,7 +103,6 @@ class LmdbPartWriter(PartWriter):
 
 
 class LmdbWriter(FormatWriter):
-    name = "lmdb"
 
     def open_part(self, part: int) -> LmdbPartWriter:
         return LmdbPartWriter(self.out / shard_name(part))

@@ -1,6 +1,6 @@
 """WebDataset tar shards ``shard-000000.tar`` with DALI-format sidecar indexes ``shard-000000.idx``.
 
-On-disk layout (shared with the writer in packer/formats/tar.py):
+On-disk layout (shared with writer.py beside it):
 - a shard is a plain USTAR archive (mtime 0, uid/gid 0, no PAX headers); each sample is three
   adjacent members ``<key>.<ext>`` (the image: jpg, png, bmp, raw, or the sniffed type of an
   original file), ``<key>.cls`` (the label in ASCII) and ``<key>.json`` (label, class name or null,
@@ -28,7 +28,8 @@ import numpy as np
 
 from readers.checksums import check_against_manifest
 from readers.errors import ChecksumError, ManifestError, warn
-from readers.formats.base import FormatReader, open_shard_file
+from readers.formats.base import FormatReader
+from readers.formats.part_files import open_shard_file
 from readers.manifest import Shard
 from readers.readahead import Extent, open_parts
 from readers.record import Record
@@ -174,7 +175,6 @@ class _OpenShard:
 
 
 class TarReader(FormatReader):
-    name = "tar"
     checks_shards_on_open = True
 
     # -- where things are ---------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """WebDataset tar writer: USTAR shards plus DALI-format ``.idx`` files, rolled over by size and count.
 
 Parts write ``part-<part>-<n>.tar`` (+ ``.idx``) files that ``finish`` renames, in order, to
-``shard-000000.tar``, ``shard-000001.tar``... (the rolling and renaming: packer/formats/rolling.py).
+``shard-000000.tar``, ``shard-000001.tar``... (the rolling and renaming: readers/formats/rolling_writer.py).
 Headers are fixed (mtime 0, uid/gid 0, mode 0644, no user names), keys come from the source
 index, and the sha256 is computed while writing: the output is byte-identical for any number of
 workers or engine. The layout itself is documented in readers/formats/tar.py.
@@ -13,10 +13,9 @@ import json
 import os
 import tarfile
 
-from packer.formats.base import PartResult, add_label_runs
-from packer.formats.rolling import RollingPartWriter, RollingWriter
-from packer.preprocess import PackedSample
 from readers.errors import ImgpackError
+from readers.formats.packed_sample import PackedSample
+from readers.formats.rolling_writer import RollingPartWriter, RollingWriter
 from readers.formats.tar.reader import (
     BLOCK,
     Member,
@@ -26,6 +25,7 @@ from readers.formats.tar.reader import (
     sample_key,
     shard_name,
 )
+from readers.formats.writer_base import PartResult, add_label_runs
 from readers.manifest import Shard
 
 END_OF_ARCHIVE = bytes(2 * BLOCK)
@@ -142,7 +142,6 @@ class TarPartWriter(RollingPartWriter):
 
 class TarWriter(RollingWriter):
     stores_indices = True
-    name = "tar"
     part_writer = TarPartWriter
 
     def shard_name(self, position: int) -> str:

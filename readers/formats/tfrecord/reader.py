@@ -1,6 +1,6 @@
 """TFRecord shards ``shard-000000.tfrecord`` of ``tf.train.Example`` records, with DALI indexes.
 
-On-disk layout (shared with the writer in packer/formats/tfrecord.py):
+On-disk layout (shared with writer.py beside it):
 - a shard is a standard TFRecord file: per record ``uint64 length``, ``uint32 masked CRC32C of
   the length bytes``, ``length`` bytes of data, ``uint32 masked CRC32C of the data`` (all
   little-endian; mask = rotate right 15 + 0xa282ead8), what TensorFlow, DALI and the
@@ -35,7 +35,8 @@ import numpy as np
 from readers.checksums import masked_crc
 from readers.decode import jpeg_size
 from readers.errors import ChecksumError, ManifestError, warn
-from readers.formats.base import FormatReader, open_shard_file
+from readers.formats.base import FormatReader
+from readers.formats.part_files import open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.formats.tfrecord.fields import FIELDS_FEATURE
 from readers.manifest import Manifest, Shard
@@ -190,7 +191,6 @@ class TfrecordReader(FormatReader):
     record (the length CRC is always checked): about 25 us per 150 KB raw image, a third of
     the raw batch path's time per image; ``verify=True`` always checks it."""
 
-    name = "tfrecord"
     checks_shards_on_open = True
 
     def __init__(

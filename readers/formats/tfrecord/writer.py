@@ -1,7 +1,7 @@
 """TFRecord writer: ``tf.train.Example`` shards plus DALI ``tfrecord2idx`` indexes, rolled over like tar.
 
 Parts write ``part-<part>-<n>.tfrecord`` (+ ``.idx``) files that ``finish`` renames, in order, to
-``shard-000000.tfrecord``... (packer/formats/rolling.py). The bytes depend only on the samples,
+``shard-000000.tfrecord``... (readers/formats/rolling_writer.py). The bytes depend only on the samples,
 so the output is identical for any number of workers or engine. The layout is documented in
 readers/formats/tfrecord.py.
 """
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from packer.formats.base import PartResult, add_label_runs
-from packer.formats.rolling import RollingPartWriter, RollingWriter
-from packer.preprocess import PackedSample
+from readers.formats.packed_sample import PackedSample
+from readers.formats.rolling_writer import RollingPartWriter, RollingWriter
 from readers.formats.tar.writer import image_ext
 from readers.formats.tfrecord.example import encode_example
 from readers.formats.tfrecord.fields import field_features
@@ -24,6 +23,7 @@ from readers.formats.tfrecord.reader import (
     scan_records,
     shard_name,
 )
+from readers.formats.writer_base import PartResult, add_label_runs
 from readers.manifest import Shard
 
 
@@ -63,7 +63,6 @@ class TfrecordPartWriter(RollingPartWriter):
 
 
 class TfrecordWriter(RollingWriter):
-    name = "tfrecord"
     part_writer = TfrecordPartWriter
 
     def shard_name(self, position: int) -> str:

@@ -1,10 +1,12 @@
-"""The writer interface every format implements.
+"""The writer interface every format implements (beside the reader's, readers/formats/base.py).
 
 The engine cuts the source into contiguous *parts* and, for each part, opens a ``PartWriter``
 and adds that part's samples in source order. A part is self-contained (its own files, local
 record positions), so parts can be written by different processes or Ray tasks without knowing
 how many samples earlier parts skipped; ``FormatWriter.finish`` then names the files and gives
-each its place (``Shard.first``) in the dataset.
+each its place (``Shard.first``) in the dataset. A writer is handed its ``Format`` (what it
+declares: options, encodings, fields); what needs every format (which formats take an option)
+is the registry's (``registry.open_writer``), so this module never imports the registry.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
-from packer.preprocess import PackedSample, PreprocessSpec
 from readers.errors import ImgpackError
-from readers.formats.registry import format_named, formats_storing_fields, formats_taking
+from readers.formats.format import Format
+from readers.formats.packed_sample import PackedSample, PreprocessSpec
 from readers.manifest import Shard
 
 
@@ -84,12 +86,7 @@ class PartWriter:
         return {}
 
 
-def option_flag(option: str) -> str:
-    return "--" + option.replace("_", "-")
-
-
 class FormatWriter:
-    name: ClassVar[str] = ""
     # How many parts to cut the source into when the user does not say (None: one part).
     default_samples_per_part: ClassVar[int | None] = None
     # Whether the samples' bytes hold their dataset index (tar keys): a part written before the
@@ -103,13 +100,17 @@ class FormatWriter:
     part_base: int = 0
     base_root: Path | None = None  # the dataset appended to (its files are read, never written)
 
-    def __init__(self, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
+    def __init__(self, fmt: Format, out: Path, spec: PreprocessSpec, options: dict[str, Any]):
+        self.format = fmt
         self.out = Path(out)
         self.spec = spec
         self.options = options
-        self.refuse_foreign_options()
         self.check_encoding()
         self.check_options()
+
+    @property
+    def name(self) -> str:
+        return self.format.name
 
     def write_file(self, name: str, data: bytes) -> None:
         """Write the output's file ``name`` at the end of a pack, atomically (a remote output
@@ -118,29 +119,10 @@ class FormatWriter:
 
         write_atomic(self.out / name, data)
 
-    @property
-    def accepted_options(self) -> tuple[str, ...]:
-        """The pack options (``--shard-size`` -> ``shard_size``) this format declares in its
-        registry entry; one given for a format that does not list it is an error naming the
-        formats that do."""
-        return tuple(option.name for option in format_named(self.name).pack_options)
-
-    def refuse_foreign_options(self) -> None:
-        """Raise ImgpackError for a given option that another format uses and this one does not."""
-        given = [k for k, v in self.options.items() if v is not None and k not in self.accepted_options]
-        for option in given:
-            users = formats_taking(option)
-            if users:  # options no format declares (engine settings) are not the formats' business
-                flag = option_flag(option)
-                raise ImgpackError(
-                    f"{flag} does not apply to --to {self.name}; it is for --to {' or '.join(users)}: "
-                    f"drop {flag}"
-                )
-
     def check_encoding(self) -> None:
         """The encoding must be one the format stores; a format storing one pins it (``--to bmp``
         is ``--encode bmp``): the engine preprocesses with ``self.spec``."""
-        encodings = format_named(self.name).encodings
+        encodings = self.format.encodings
         if len(encodings) == 1:
             self.spec = dataclasses.replace(self.spec, encode=encodings[0])
         elif self.spec.encode not in encodings:
@@ -154,14 +136,8 @@ class FormatWriter:
 
     def with_fields(self, schema: dict[str, str], classes: list[str] | None = None) -> FormatWriter:
         """This writer storing the per-sample fields of ``schema`` ({name: kind}) of samples whose
-        labels index ``classes``; a format whose registry entry does not declare ``stores_fields``
-        refuses fields, naming the fix."""
-        if schema and not format_named(self.name).stores_fields:
-            raise ImgpackError(
-                f"--to {self.name} does not store per-sample fields ({', '.join(schema)}); pack with "
-                "--no-fields, or to a format that stores them: "
-                + ", ".join(formats_storing_fields())
-            )
+        labels index ``classes`` (a format not declaring ``stores_fields`` was refused them by
+        ``registry.refuse_fields``, which names the formats that do)."""
         moved = copy.copy(self)
         moved.fields = dict(schema)
         moved.classes = list(classes if classes is not None else self.classes)
