@@ -1,4 +1,4 @@
-"""A format defined outside imgpack, for the contract suite (tests/test_format_contract.py).
+"""A format defined outside imgpack, for the contract suite (tests/test_out_of_tree_format.py).
 
 One ``npy-000000.npz`` file per part, written with plain numpy and read back with
 ``np.load(allow_pickle=False)``: ``images`` (every sample's bytes, one flat uint8 array) and

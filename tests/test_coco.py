@@ -283,7 +283,7 @@ def pack_cropped(tmp_path, fmt):
     return out
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "tar"])
+@pytest.mark.parametrize("fmt", formats_storing_fields())
 def test_a_crop_that_drops_boxes_recomputes_the_label(tmp_path, fmt):
     """Issue 32: the label (one category, else -1) described boxes a pack-time --crop had cut."""
     from readers import open_dataset

@@ -17,6 +17,7 @@ import pytest
 from packer.engine import pack_folder
 from packer.imagelist import scan_list
 from readers import dali_loader, make_loader, mix, open_dataset, open_iterable
+from readers.formats.registry import formats_storing_fields
 from tests.cocodata import draw_rectangles
 
 VALUES = [1e-300, 1733090000.123456, 1733090001.5, -2.5e300]
@@ -33,7 +34,7 @@ def write_jsonl(path: Path, entries: list[dict]) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["lmdb", "tar", "tfrecord"])
+@pytest.fixture(scope="module", params=formats_storing_fields())
 def numbers(request, images, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp(f"numbers-{request.param}")
     entries = [

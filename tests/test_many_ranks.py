@@ -10,6 +10,7 @@ import pytest
 
 from packer.bench.suites import many_ranks
 from readers.order import OrderSpec, global_order, order_at, rank_order
+from tests.helpers_formats import numbered_and_not
 
 
 def old_epoch_order(spec: OrderSpec, epoch: int, start: int) -> np.ndarray:
@@ -69,7 +70,9 @@ def test_checkpoint_step_leaves_no_padding():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("fmt", ["lmdb", "hdf5"])
+# Every format keeps the ranks' share-out in the format contract (ranks simulated); this real gloo
+# run takes one format whose samples carry their dataset index (tar keys) and one whose do not.
+@pytest.mark.parametrize("fmt", numbered_and_not())
 def test_four_ranks_read_each_sample_once_and_resume_on_three(tmp_path, fmt):
     samples, ranks, resume = 5000, 4, 3
     result = many_ranks.measure(fmt, samples, ranks, resume, 2, tmp_path)

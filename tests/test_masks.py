@@ -19,6 +19,7 @@ from pycocotools import mask as coco_mask  # the reference mask decoder (imgpack
 from packer.cli import main
 from packer.coco import scan_coco
 from readers import RandomResizedCrop, open_dataset, open_iterable
+from readers.formats.registry import formats_storing_fields
 from tests.cocodata import CATEGORIES, colour_of
 
 MIN_AREA = 60  # masks smaller than this in the output are slivers whose colour edges blur
@@ -91,13 +92,19 @@ def shapes(tmp_path_factory):
     return make_shapes(tmp_path_factory.mktemp("shapes"))
 
 
+# Every format that stores fields, resized and cropped at pack time (the masks follow both the
+# pack's and the read's geometry); the first of them also as it is.
+FORMATS = formats_storing_fields()
+PACKS = {
+    **{f"{fmt}-resized": (fmt, ["--resize", "72", "--crop", "68"]) for fmt in FORMATS},
+    f"{FORMATS[0]}-plain": (FORMATS[0], []),
+}
+
+
 @pytest.fixture(scope="module")
 def packed(shapes):
     out = {}
-    for name, fmt, more in [
-        ("lmdb", "lmdb", []),
-        ("tfrecord-resized", "tfrecord", ["--resize", "72", "--crop", "68"]),
-    ]:
+    for name, (fmt, more) in PACKS.items():
         dest = shapes.parent / name
         args = [
             "coco",
@@ -148,7 +155,7 @@ def test_pack_coco_keeps_segmentation_per_box(shapes):
     assert isinstance(first["segmentation"][0], list) and "counts" in first["segmentation"][1]
 
 
-@pytest.mark.parametrize("name", ["lmdb", "tfrecord-resized"])
+@pytest.mark.parametrize("name", PACKS)
 def test_masks_follow_random_resized_crop_and_flip(packed, name):
     read = {
         "crop": RandomResizedCrop(64, scale=(0.4, 1.0)),
@@ -167,7 +174,7 @@ def test_masks_follow_random_resized_crop_and_flip(packed, name):
 
 
 def test_map_style_masks_cover_the_stored_shapes(packed):
-    ds = open_dataset(packed["tfrecord-resized"], target="torchvision", masks=True)
+    ds = open_dataset(packed[f"{FORMATS[-1]}-resized"], target="torchvision", masks=True)
     assert sum(check_masks(*ds[i]) for i in range(len(ds))) >= 40
 
 

@@ -17,12 +17,14 @@ from click.testing import CliRunner
 from packer.cli import main
 from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iterable
 from readers.errors import OptionError
+from readers.formats.registry import formats_storing_fields
 from readers.targets import tv_tensors
 from tests.cocodata import coco_pack_args, make_coco
 
 KEYS = {"boxes", "labels", "image_id", "iscrowd", "area"}
 FIELDS = ["boxes", "categories", "iscrowd", "image_id"]
 READ = {"crop": RandomResizedCrop(48, scale=(0.3, 1.0)), "flip": True, "seed": 3}
+FORMATS = formats_storing_fields()  # targets are made from the stored fields
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def packed(tmp_path_factory):
     folder = tmp_path_factory.mktemp("coco")
     coco = make_coco(folder, count=40, empty=2)
     out = {}
-    for fmt in ("lmdb", "tar"):
+    for fmt in FORMATS:
         dest = folder / fmt
         result = CliRunner().invoke(main, coco_pack_args(coco, fmt, dest, "--workers", "1", "-q"))
         assert result.exit_code == 0, result.output
@@ -62,7 +64,7 @@ def check_contract(image, target, fields, offset: int = 1) -> None:
         assert type(boxes) is torch.Tensor
 
 
-@pytest.mark.parametrize("fmt", ["lmdb", "tar"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_per_sample_targets_are_the_xyxy_form_of_the_fields(packed, fmt):
     plain = list(open_iterable(packed[fmt], fields=FIELDS, **READ))
     shaped = list(open_iterable(packed[fmt], target="torchvision", **READ))
@@ -142,9 +144,11 @@ def test_other_fields_ride_beside_the_target(packed):
 
 
 def test_mix_reads_targets_from_every_dataset(packed):
-    m = mix([packed["lmdb"], packed["tar"]], target="torchvision", batch_size=4, **READ)
-    images, targets = next(iter(m))
-    assert len(images) == len(targets) == 4 and all(KEYS <= set(t) for t in targets)
+    m = mix([packed[fmt] for fmt in FORMATS], target="torchvision", batch_size=4, **READ)
+    batches = list(m)  # an epoch: each dataset's 40 samples (equal weights, equal sizes)
+    assert all(len(images) == len(targets) == 4 for images, targets in batches)
+    targets = [t for _, batch in batches for t in batch]
+    assert len(targets) == 40 * len(FORMATS) and all(KEYS <= set(t) for t in targets)
 
 
 @pytest.mark.parametrize(
