@@ -123,7 +123,10 @@ def _checked_place(place: Any, what: str) -> Any:
 
 
 def _format_options(fmt: Format, given: Any) -> dict[str, Any]:
-    """``given`` with None values dropped, each one declared by ``fmt`` and parsed to its type."""
+    """``given`` (None: no options) with None values dropped, each one declared by ``fmt`` and
+    parsed to its type."""
+    if given is None:
+        return {}
     if not isinstance(given, dict):
         raise OptionError(f"options={given!r}: give a dict of the format's pack options")
     parsed: dict[str, Any] = {}

@@ -65,6 +65,7 @@ def test_the_spec_is_frozen_keyword_only_and_typed():
         PackSpec(SAMPLE_DATA, "o")  # type: ignore[misc]
     again = dataclasses.replace(spec, options={"shards": "3"})  # replace checks again
     assert again.options == {"shards": 3}
+    assert dataclasses.replace(spec, options=None).options == {}  # None: the format's defaults
     with pytest.raises(OptionError, match="--shards 0"):
         dataclasses.replace(spec, options={"shards": 0})
 
