@@ -40,7 +40,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,39 +49,18 @@ import torch
 from torch.utils.data import get_worker_info
 
 from readers import resample
-from readers.boxes import SampleGeometry, geometry_for_resize_crop, geometry_for_window
+from readers.boxes import SampleGeometry
 from readers.decode import cv2, decode_array, simplejpeg, sniff
 from readers.errors import ImgpackError
-from readers.geometry import (
-    Augment,
-    RandomResizedCrop,
-    Window,
-    as_pair,
-    centre_window,
-    crop_fits,
-    flip_probability,
-    resized_size,
-    scaled_window,
-)
+from readers.geometry import NO_PARAMS, Geometry, Params, Placement, RandomResizedCrop, Window, scaled_window
 from readers.jpegwindow import decode_window
 from readers.record import Record
 from readers.shmring import worker_ring
+from readers.spec import ReadSpec
 from readers.targets import received
 
 Size = int | tuple[int, int] | None
 Crop = int | tuple[int, int] | RandomResizedCrop | None
-Params = tuple[Window | None, bool]  # a record's random window (None: the centre path) and flip
-NO_PARAMS: Params = (None, False)
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """Where an image of a given stored size ends up in the batch (centre crop path)."""
-
-    resized: tuple[int, int]  # (h, w) after ``resize``
-    top: int
-    left: int
-    out: tuple[int, int]  # (h, w) written into the batch
 
 
 class BatchAssembler:
@@ -98,21 +76,21 @@ class BatchAssembler:
         dct_scaling: bool = True,
         flip: bool | float | None = None,
         seed: int = 0,
+        *,
+        geometry: Geometry | None = None,
     ):
-        # The options were checked by readers.spec.ReadSpec (the one place that checks them).
-        random_crop = crop if isinstance(crop, RandomResizedCrop) else None
+        # The reading paths pass the read's one geometry (ReadSpec.geometry); built by hand (tests,
+        # benchmarks) the options get the spec's checks, and each stored size its fit check.
+        if geometry is None:
+            geometry = ReadSpec(crop=crop, resize=resize, flip=flip or False, seed=seed).geometry()
+        self.read_geometry = geometry
+        self.augment = geometry.augment
         self.layout = layout
-        self.crop = None if crop is None or isinstance(crop, RandomResizedCrop) else as_pair(crop, "crop")
-        self.resize = (
-            resize if resize is None or isinstance(resize, int) and resize >= 1 else as_pair(resize, "resize")
-        )
-        self.augment = Augment(random_crop, flip_probability(flip), int(seed))
         self.decode_threads = int(decode_threads)
         self.fast_dct = bool(fast_dct)
         self.dct_scaling = bool(dct_scaling)
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()
-        self._geometries: dict[tuple[int, int], Geometry] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -125,23 +103,9 @@ class BatchAssembler:
         self._local = threading.local()
 
     # -- geometry -----------------------------------------------------------------------------
-    def geometry(self, height: int, width: int) -> Geometry:
-        """Where an image stored at height x width lands in the batch (memoised: batches repeat sizes)."""
-        geo = self._geometries.get((height, width))
-        if geo is None:
-            geo = self._geometries[(height, width)] = self._compute_geometry(height, width)
-        return geo
-
-    def _compute_geometry(self, height: int, width: int) -> Geometry:
-        if self.augment.crop is not None:  # the window varies per sample; only the output is fixed
-            return Geometry((height, width), 0, 0, self.augment.crop.out)
-        resized = resized_size(height, width, self.resize)
-        if self.crop is None:
-            return Geometry(resized, 0, 0, resized)
-        what = f"an image of {resized[0]}x{resized[1]} (stored {height}x{width})"
-        crop_fits("a batch", self.crop, resized, what)
-        top, left, _, _ = centre_window(*resized, self.crop)
-        return Geometry(resized, top, left, self.crop)
+    def geometry(self, height: int, width: int) -> Placement:
+        """Where an image stored at height x width lands in the batch (``Geometry.placement``)."""
+        return self.read_geometry.placement(height, width)
 
     # -- assembly -----------------------------------------------------------------------------
     def output_shape(self, records: Sequence[Record]) -> tuple[int, int, int]:
@@ -166,26 +130,11 @@ class BatchAssembler:
         self, records: Sequence[Record], indices: Sequence[int] | np.ndarray | None, epoch: int
     ) -> list[Params]:
         """Each record's (window, flip): random when augmenting, from its global sample index."""
-        if not self.augment.active:
-            return [NO_PARAMS] * len(records)
-        if indices is None:
-            raise ValueError("random crops and flips need the global sample index of every record")
-        return self.augment.params(epoch, indices, [(r.height, r.width) for r in records])
+        return self.read_geometry.params(epoch, indices, [(r.height, r.width) for r in records])
 
     def sample_geometries(self, records: Sequence[Record], params: Sequence[Params]) -> list[SampleGeometry]:
-        """The exact geometry each record's image goes through (``params`` from ``params()``):
-        its stored size, the window of it that becomes the output, the output size and the flip;
-        what boxes follow (readers/boxes.py)."""
-        out: list[SampleGeometry] = []
-        for record, (window, flip) in zip(records, params):
-            stored = (record.height, record.width)
-            if window is not None and self.augment.crop is not None:
-                out.append(geometry_for_window(stored, tuple(window), self.augment.crop.out, flip))
-                continue
-            geo = self.geometry(record.height, record.width)
-            cut = (geo.top, geo.left, geo.out[0], geo.out[1])
-            out.append(geometry_for_resize_crop(stored, geo.resized, cut, geo.out, flip))
-        return out
+        """The geometry each record's image goes through (``Geometry.sample_geometries``)."""
+        return self.read_geometry.sample_geometries([(r.height, r.width) for r in records], params)
 
     def fill(self, records: Sequence[Record], out: np.ndarray, params: Sequence[Params] | None = None):
         """Decode or copy ``records`` into ``out`` (B, H, W, C) uint8, in place."""
@@ -389,13 +338,13 @@ class BatchAssembler:
         except ValueError:
             return decode_array(record)  # CMYK, odd sampling...: the general decoders
 
-    def _jpeg(self, record: Record, geo: Geometry, dst: np.ndarray) -> np.ndarray | None:
+    def _jpeg(self, record: Record, geo: Placement, dst: np.ndarray) -> np.ndarray | None:
         colorspace = "GRAY" if dst.shape[2] == 1 else "RGB"
         height, width = record.height, record.width
         kwargs: dict[str, Any] = {"colorspace": colorspace, "fastdct": self.fast_dct}
         scaled = (
             self.dct_scaling
-            and self.resize is not None
+            and self.read_geometry.resize is not None
             and height >= 2 * geo.resized[0]
             and width >= 2 * geo.resized[1]
         )
@@ -418,7 +367,7 @@ class BatchAssembler:
         except ValueError:
             return decode_array(record)  # CMYK, odd sampling...: the general decoders
 
-    def _place(self, src: np.ndarray, geo: Geometry, dst: np.ndarray) -> None:
+    def _place(self, src: np.ndarray, geo: Placement, dst: np.ndarray) -> None:
         src = _check_channels(src, dst)
         if src.shape[:2] != geo.resized:
             src = _resize(src, geo.resized)

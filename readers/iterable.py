@@ -53,12 +53,12 @@ class PackedIterable(RecordStream):
             raise CallError("pass either spec= or the reading options, not both")
         self.path = path
         self.reader = open_reader(path, **spec.open_options)
-        spec.check_stored(str(path), self.reader.manifest.stored_sizes)
+        geometry = spec.geometry([(str(path), self.reader.manifest.stored_sizes)])
         order = spec.order_of(len(self.reader))
         if spec.buckets is not None:  # each sample's bucket, from its stored size
             batch = spec.batch_size or spec.loader_batch_size or 1
             order = bucket_order(spec.buckets, sample_sizes(self.reader), order, batch)
-        self.setup(spec, order)
+        self.setup(spec, order, geometry)
         warn_if_poorly_mixed(str(path), self.reader, self.order, self.batch_size)
 
     @property

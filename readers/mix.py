@@ -102,8 +102,7 @@ class MixedIterable(RecordStream):
         if empty:
             raise OptionError(f"{empty[0]}: dataset has no samples; leave it out of the mix")
         stored = [r.manifest.stored_sizes for r in self.readers]
-        for path, sizes in zip(self.paths, stored):
-            spec.check_stored(path, sizes)
+        geometry = spec.geometry(list(zip(self.paths, stored)))
         spec.check_stored(f"mix of {', '.join(self.paths)}", combined_sizes(stored))
         self.weights = weights
         self.seed = int(spec.seed)
@@ -127,7 +126,7 @@ class MixedIterable(RecordStream):
         self.buffer_size = spec.buffer_size
         # The mixed sequence is already shuffled (epoch_sequence): the order only deals it out.
         order = spec.order_of(self.epoch_size, shuffle=False)
-        self.setup(spec, order)
+        self.setup(spec, order, geometry)
         self._sequence: tuple[int, np.ndarray, np.ndarray] | None = None
         warn_if_mix_poorly_mixed(self)
 

@@ -64,13 +64,13 @@ from typing import Any
 
 import torch
 
-from readers.batch import BatchAssembler
 from readers.dali.fallback import FallbackLoader
-from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
+from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
 from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
 from readers.dali.fields import DaliFields
 from readers.errors import CallError, DecodeError, ImgpackError, OptionError
 from readers.formats import open_reader
+from readers.iterable import PackedIterable
 from readers.record_stream import field_plan
 from readers.resume import ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
 from readers.spec import ReadSpec
@@ -370,6 +370,14 @@ class DaliLoader:
         self._next_epoch = epoch
 
 
+def check_channels(manifest: Any, mean: Sequence[float] | None, std: Sequence[float] | None) -> None:
+    """``mean``/``std``: one value per channel of the stored images."""
+    channels = 1 if manifest.preprocess.get("mode") == "L" else 3
+    for name, values in (("mean", mean), ("std", std)):
+        if values is not None and len(values) != channels:
+            raise OptionError(f"{name} needs {channels} value(s), one per channel, got {len(values)}")
+
+
 def dali_loader(
     path: str | os.PathLike,
     *,
@@ -417,23 +425,19 @@ def dali_loader(
         _notice(chosen, f"NVIDIA DALI is not installed; {INSTALL_HINT} for GPU decoding", logging.WARNING)
     else:
         _notice(chosen, f"device={device!r}")
-    reader = open_reader(path, **spec.open_options)
-    spec.check_stored(str(path), reader.manifest.stored_sizes)
-    channels = 1 if reader.manifest.preprocess.get("mode") == "L" else 3
-    for name, values in (("mean", mean), ("std", std)):
-        if values is not None and len(values) != channels:
-            raise OptionError(f"{name} needs {channels} value(s), one per channel, got {len(values)}")
     cpus = os.cpu_count() or 1
-    if chosen == "dataloader":
+    if chosen == "dataloader":  # open_iterable's stream, its geometry made (and checked) there
         workers = min(4, cpus) if num_workers is None else num_workers
-        return FallbackLoader.open(
-            path, spec, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available()
-        )
+        stream = PackedIterable(path, spec=spec)
+        check_channels(stream.reader.manifest, mean, std)
+        return FallbackLoader(stream, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available())
+    reader = open_reader(path, **spec.open_options)
+    geometry = spec.geometry([(str(path), reader.manifest.stored_sizes)])  # the feed's and the fields'
+    check_channels(reader.manifest, mean, std)
     assert spec.batch_size is not None
     fields = None
     plan = field_plan(spec, [reader.manifest.fields], str(path))
     if plan is not None:
-        geometry = BatchAssembler(crop=spec.crop, resize=spec.resize, flip=spec.flip, seed=spec.seed)
         fields = DaliFields(plan, geometry, reader.manifest.fields)
     last_batch = "drop" if spec.drop_last else ("pad" if spec.pad_last else "partial")
     order = spec.order_of(len(reader), unit=spec.batch_size)
@@ -442,11 +446,9 @@ def dali_loader(
         order,
         spec.batch_size,
         last_batch,
-        as_size(spec.resize, "resize"),
-        as_size(spec.crop, "crop"),
-        flip=float(spec.flip),
         reader_options=spec.open_options,
         fields=fields.schema if fields is not None else None,
+        geometry=geometry,
     )
     feed._reader = reader  # this process's reader (workers open their own)
     if chosen == "dali-gpu" and device_id is None:
