@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from readers.bucket_plan import bucket_identity, bucket_order, check_bucket_state, sample_sizes
+from readers.epoch_cursor import dataset_identity
 from readers.errors import CallError
 from readers.formats import open_reader
 from readers.quality import warn_if_poorly_mixed
 from readers.record import Record
 from readers.record_stream import RecordStream
-from readers.resume import DATASET_VERSION
 from readers.spec import ReadSpec
 
 
@@ -66,10 +66,7 @@ class PackedIterable(RecordStream):
         return list(self.reader.manifest.classes)
 
     def identity(self) -> dict[str, Any]:
-        manifest = self.reader.manifest
-        version = int(manifest.extra.get("version", 1))  # appends (packer/append.py) count it up
-        identity = {"dataset": manifest.sample_identity(), DATASET_VERSION: version}
-        return {**identity, **bucket_identity(self.spec, self.order)}
+        return {**dataset_identity(self.reader.manifest), **bucket_identity(self.spec, self.order)}
 
     def where(self) -> str:
         return str(self.path)

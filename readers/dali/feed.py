@@ -92,8 +92,11 @@ class BatchFeed:
 
     def batches_in(self, epoch: int) -> int:
         """Batches this rank reads in ``epoch`` (fewer than ``len`` in a resumed epoch)."""
-        samples = self.order.samples_from(self.start(epoch))
-        return num_chunks(samples, self.batch_size, self.last_batch == "drop")
+        return self.batches_from(self.start(epoch))
+
+    def batches_from(self, position: int) -> int:
+        """Batches this rank reads in an epoch started at global ``position``."""
+        return num_chunks(self.order.samples_from(position), self.batch_size, self.last_batch == "drop")
 
     def positions(self, epoch: int) -> np.ndarray:
         """This rank's sample indices for ``epoch``, cut or wrapped to whole batches as the policy says."""

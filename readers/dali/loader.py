@@ -68,11 +68,12 @@ from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
 from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
 from readers.dali.fields import DaliFields
+from readers.epoch_cursor import EpochCursor, dataset_identity
 from readers.errors import CallError, DecodeError, ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.iterable import PackedIterable
 from readers.record_stream import field_plan
-from readers.resume import ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
+from readers.resume import Pass, ResumeError, ResumePoint
 from readers.spec import ReadSpec
 
 WATCH_INTERVAL = 0.5  # seconds between checks that the py_workers processes are alive
@@ -143,8 +144,11 @@ def default_device_id() -> int:
 
 
 # -- the loader ---------------------------------------------------------------------------------
-class DaliLoader:
-    """Iterates ``(images, labels)`` batches of one rank (``(images, target)`` with fields=); see above."""
+class DaliLoader(EpochCursor):
+    """Iterates ``(images, labels)`` batches of one rank (``(images, target)`` with fields=); see above.
+
+    Its epochs and resume follow ``open_iterable``'s rules, on the same code
+    (``readers.epoch_cursor.EpochCursor``); it resumes at batch boundaries."""
 
     def __init__(
         self,
@@ -162,6 +166,7 @@ class DaliLoader:
         fields: DaliFields | None = None,
     ):
         self.feed = feed
+        self.order = feed.order
         self.fields = fields  # fields= : the targets of the carried fields (readers/dali/fields.py)
         self.backend = backend  # dali-gpu, dali-cpu or dataloader
         self.mean, self.std = mean, std
@@ -171,52 +176,33 @@ class DaliLoader:
         self.device_id = device_id
         self.prefetch = prefetch
         self.seed = seed
-        self.epoch = 0
-        self._chosen = True  # the next pass reads self.epoch (set_epoch, a loaded state, the first)
+        self.init_epochs()
         self._iterator: Any = None  # DALI iterator, rebuilt when the epoch sequence breaks
-        self._next_epoch = 0  # the epoch the DALI pipeline will produce next
-        self._taken = 0  # batches handed out in the current pass
+        self._pipeline_epoch = 0  # the epoch the DALI pipeline will produce next
 
     def __len__(self) -> int:
-        """Batches this rank reads in the current epoch (what is left of it after a resume)."""
-        return self.feed.batches_in(self.epoch)
+        """Batches this rank reads in the next pass (what is left of the epoch after a resume)."""
+        resume = self._pending_resume()
+        return self.feed.batches_from(resume.position if resume is not None else 0)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch of the next pass (without it, each pass is the next epoch); after
-        ``load_state_dict`` only the state's own epoch."""
-        epoch = checked_epoch(epoch)
-        if self.feed.resume is not None and self.feed.resume[0] != int(epoch):
-            raise ResumeError(
-                f"set_epoch({int(epoch)}) contradicts the loaded state, which resumes epoch "
-                f"{self.feed.resume[0]}: call set_epoch({self.feed.resume[0]}) (or nothing: the epoch "
-                "advances by itself), or do not load the state to start epoch "
-                f"{int(epoch)} from its beginning"
-            )
-        self.epoch = int(epoch)
-        self._chosen = True
+    # -- resume (the rules of readers.resume, kept by readers.epoch_cursor) ----------------------
+    def identity(self) -> dict[str, Any]:
+        return dataset_identity(self.feed.reader.manifest)
 
-    # -- resume (the rules of readers.resume) --------------------------------------------------
+    def where(self) -> str:
+        return str(self.feed.path)
+
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch stands (batches handed out so far), to save with a checkpoint."""
-        order = self.feed.order
-        start = ResumePoint(self.epoch, self.feed.start(self.epoch))
-        taken = min(self._taken * self.feed.batch_size, order.samples_from(start.position))
-        return make_state(advance(order, start, taken), order, self._identity())
-
-    def _identity(self) -> dict[str, Any]:
-        return {"dataset": self.feed.reader.manifest.sample_identity()}
+        return self._state(self._point_here())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state``: the next iteration yields the rest of that epoch."""
-        point = check_state(state, self.feed.order, False, self._identity(), str(self.feed.path))
+        point = self._checked_point(state)
         if point.offset:
             raise ResumeError("the DALI loader resumes at batch boundaries; this state is mid-batch")
-        self.epoch = point.epoch
-        self._chosen = True
-        self.feed.resume = (point.epoch, point.position)
-        self.feed._positions = None
+        self._resume_at(point)
         self._iterator = None  # the pipeline is rebuilt for the resumed epoch
-        self._taken = 0
 
     @property
     def reader(self):
@@ -228,22 +214,28 @@ class DaliLoader:
         return list(self.feed.reader.manifest.classes)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, Any]]:
-        if not self._chosen:
-            self.epoch += 1  # a new pass is the next epoch
-        self._chosen = False
-        batches = self._iter_dali()
-        self._taken = 0
-        for batch in batches:
-            self._taken += 1
+        epoch = self.begin_pass()
+        start = self.pass_start(epoch)
+        self._resume = None  # used up by this pass
+        self._pass = current = Pass(epoch, start, 0, 1)
+        self._start_feed(start)
+        remaining = self.order.samples_from(start.position)
+        for batch in self._iter_dali():
+            current.samples = min(current.samples + self.feed.batch_size, remaining)  # padding: not samples
             yield batch
-        if self.feed.resume is not None and self.feed.resume[0] == self.epoch:
-            self.feed.resume = None  # used up: the epoch was finished
+
+    def _start_feed(self, start: ResumePoint) -> None:
+        """The feed starts its epoch at ``start``; a pipeline fed from elsewhere is rebuilt (its
+        workers hold copies of the feed)."""
+        resume = (start.epoch, start.position) if start.position else None
+        if resume != self.feed.resume:
+            self.feed.resume = resume
             self.feed._positions = None
             self._iterator = None
 
     # -- DALI paths ---------------------------------------------------------------------------
     def _iter_dali(self) -> Iterator[tuple[torch.Tensor, Any]]:
-        if self._iterator is None or self._next_epoch != self.epoch:
+        if self._iterator is None or self._pipeline_epoch != self.epoch:
             self._build(self.epoch)
         done = False
         batch = 0
@@ -255,7 +247,7 @@ class DaliLoader:
             except RuntimeError as exc:  # a py_workers process died, or DALI's decoder failed
                 raise (self._worker_death() or self._named_failure(exc, batch)) from None
             done = True
-            self._next_epoch = self.epoch + 1
+            self._pipeline_epoch = self.epoch + 1
         finally:
             if not done:  # abandoned mid-epoch: the pipeline cannot rewind, start afresh next time
                 self._iterator = None
@@ -367,7 +359,7 @@ class DaliLoader:
         )
         names = ["images", "labels", *(FIELD_OUTPUTS if self.fields is not None else ())]
         self._iterator = DALIGenericIterator(pipe, names, auto_reset=True, prepare_first_batch=False)
-        self._next_epoch = epoch
+        self._pipeline_epoch = epoch
 
 
 def check_channels(manifest: Any, mean: Sequence[float] | None, std: Sequence[float] | None) -> None:
