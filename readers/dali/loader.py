@@ -57,8 +57,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -68,15 +66,14 @@ from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
 from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
 from readers.dali.fields import DaliFields
+from readers.dali.watch import named_failure, watched, worker_death
 from readers.epoch_cursor import EpochCursor, dataset_identity
-from readers.errors import CallError, DecodeError, ImgpackError, OptionError
+from readers.errors import CallError, ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.iterable import PackedIterable
 from readers.record_stream import field_plan
 from readers.resume import Pass, ResumeError, ResumePoint
 from readers.spec import ReadSpec
-
-WATCH_INTERVAL = 0.5  # seconds between checks that the py_workers processes are alive
 
 logger = logging.getLogger("imgpack.dali")
 DEVICES = ("auto", "gpu", "cpu", "dataloader")
@@ -241,11 +238,12 @@ class DaliLoader(EpochCursor):
         batch = 0
         try:
             try:
-                for out in self._watched(self._iterator):
+                for out in watched(self._iterator, self.py_workers, self.feed.path):
                     yield self._batch(out[0])
                     batch += 1
             except RuntimeError as exc:  # a py_workers process died, or DALI's decoder failed
-                raise (self._worker_death() or self._named_failure(exc, batch)) from None
+                death = worker_death(self._iterator, self.feed.path)
+                raise (death or named_failure(self.feed, self.epoch, exc, batch, self.prefetch)) from None
             done = True
             self._pipeline_epoch = self.epoch + 1
         finally:
@@ -258,85 +256,6 @@ class DaliLoader(EpochCursor):
             return out["images"], out["labels"]
         carried = (out[name] for name in FIELD_OUTPUTS)
         return out["images"], self.fields.target(out["labels"], *carried)
-
-    def _watched(self, iterator: Any) -> Iterator[Any]:
-        """``iterator``'s items; with ``py_workers`` each is fetched on a helper thread while the
-        worker processes are watched, because DALI blocks for ever when one is killed (on a
-        semaphore the dead process held): that becomes an error instead of a hang."""
-        if not self.py_workers:
-            yield from iterator
-            return
-        requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
-        results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-
-        def fetch() -> None:  # a daemon thread: one stuck on a dead worker must not block exit
-            while requests.get():
-                try:
-                    results.put((True, next(iterator)))
-                except BaseException as exc:  # noqa: BLE001 - handed to the consumer, StopIteration too
-                    results.put((False, exc))
-                    return
-
-        threading.Thread(target=fetch, name="imgpack-dali-fetch", daemon=True).start()
-        try:
-            while True:
-                requests.put(True)
-                while True:
-                    try:
-                        ok, value = results.get(timeout=WATCH_INTERVAL)
-                        break
-                    except queue.Empty:
-                        death = self._worker_death()
-                        if death is not None:
-                            raise death from None
-                if not ok:
-                    if isinstance(value, StopIteration):
-                        return
-                    raise value
-                yield value
-        finally:
-            requests.put(False)
-
-    def _worker_death(self) -> ImgpackError | None:
-        """An error naming a DALI py_workers process that has exited, or None. The pool's other
-        processes are killed then: one blocked on a lock the dead one held would otherwise keep
-        this interpreter from exiting (multiprocessing joins its children at exit)."""
-        for pipe in getattr(self._iterator, "_pipes", None) or []:
-            pool = getattr(getattr(pipe, "_py_pool", None), "pool", None)
-            processes = list(getattr(pool, "_processes", None) or [])
-            for process in processes:
-                if process.exitcode is not None:
-                    for other in processes:
-                        if other.exitcode is None:
-                            other.kill()
-                            other.join(5)
-                    return ImgpackError(
-                        f"{self.feed.path}: a DALI py_workers process (pid {process.pid}) exited "
-                        f"with code {process.exitcode} (killed?); this loader's pipeline cannot go "
-                        "on: build a new dali_loader (and resume from its state_dict), or pass py_workers=0"
-                    )
-        return None
-
-    def _named_failure(self, exc: RuntimeError, batch: int) -> ImgpackError:
-        """A DecodeError naming the sample that failed in DALI's pipeline, found by decoding batch
-        ``batch`` and the ones DALI may have prefetched past it with imgpack's own decoder."""
-        from readers.decode import decode_array, naming_decode_errors
-
-        feed = self.feed
-        for i in range(batch, min(batch + self.prefetch + 2, feed.batches_in(self.epoch))):
-            records = feed.records(self.epoch, i)
-            decoded = (decode_array(r) for r in records)
-            try:
-                indices = feed.batch_indices(self.epoch, i)
-                for _ in naming_decode_errors(decoded, feed.reader, indices, records):
-                    pass
-            except DecodeError as named:
-                return DecodeError(f"{named}; found after DALI's pipeline failed")
-        cause = next((line.strip() for line in str(exc).splitlines() if "failure" in line), str(exc)[:200])
-        return DecodeError(
-            f"{feed.path}: DALI's pipeline failed at batch {batch} of epoch {self.epoch} ({cause}); "
-            f"run `pack verify {feed.path}`, or read with device=\"dataloader\""
-        )
 
     def _build(self, epoch: int) -> None:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
