@@ -10,7 +10,8 @@ import sys
 import pytest
 
 import readers.geometry
-from readers import mix, open_iterable
+from readers import TokenBudget, mix, open_iterable
+from readers.bucket_geometry import TokenGeometry
 from readers.dali import dali_loader
 from readers.errors import OptionError
 from readers.geometry import Geometry
@@ -87,3 +88,21 @@ def test_without_stored_sizes_each_size_is_checked_once(counted):
     assert counted["fit"] == 2
     with pytest.raises(OptionError, match=r"crop=40 is larger than an image of 48x30 \(stored 48x30\)"):
         geometry.placement(48, 30)
+
+
+def test_a_token_budget_read_has_one_geometry_with_one_per_cell(packed):
+    # A token-budget batch is placed at its cell, which the order chooses per batch: the read's one
+    # TokenGeometry gives each cell its geometry once, the one every batch of that cell is assembled by.
+    path = packed("lmdb", **RAW)
+    stream = open_iterable(path, buckets=TokenBudget(patch=8, budget=72, seq_lens=(16, 36)), seed=3)
+    token = stream.assembler.token_geometry
+    assert isinstance(token, TokenGeometry)
+    seen: dict = {}
+    for epoch in range(2):
+        stream.set_epoch(epoch)
+        for images, _ in stream:
+            cell = stream.assembler.read_geometry
+            assert cell.out == tuple(images.shape[2:])
+            assert seen.setdefault(cell.out, cell) is cell
+    assert len(seen) >= 2  # several cells, each with its one geometry
+    assert sorted(map(id, token._cells.values())) == sorted(map(id, seen.values()))
