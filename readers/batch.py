@@ -1,17 +1,8 @@
 """Assembling whole batches inside a worker: one buffer per batch, filled in place, sent once.
 
-The buffer is HWC per image, ``(B, H, W, C)`` uint8; records go straight into it:
-
-- raw pixels: one copy per record (only the crop rows when cropping). A format that hands back a
-  block as one contiguous array gains nothing more: 64 copies of 150 KB cost the same as one;
-- JPEG: simplejpeg (libjpeg-turbo, releases the GIL) decodes into a per-thread scratch buffer that
-  is reused (a fresh array per image costs page faults worth half a decode), or straight into the
-  batch when no crop or resize is needed; the crop is copied from there. With ``resize`` and a stored
-  image at least twice as large, libjpeg-turbo's DCT scaling decodes at 1/2, 1/4 or 1/8 scale;
-- a JPEG (or an original file that is one) that is cropped decodes only the crop window's
-  iMCU rows and columns (``readers.jpegwindow``: libjpeg-turbo's ``jpeg_skip_scanlines`` and
-  ``jpeg_crop_scanline``), with the same DCT scaling; the same pixels as decoding it whole;
-- anything else (PNG, BMP, JPEGs simplejpeg refuses) goes through ``readers.decode.decode_array``.
+The buffer is HWC per image, ``(B, H, W, C)`` uint8; each record goes straight into its slot
+(``readers.batch_slot``: one copy of raw pixels, a JPEG decoded in place or only its crop
+window's rows, DCT scaling; a whole batch of raw records at the batch's size is one copy each).
 
 Geometry, applied per image, with the numbers of ``readers.geometry`` (the packer's and DALI's
 too): ``resize`` (int: shorter side, the other rounded to nearest, ties to even; (h, w): exact)
@@ -25,11 +16,6 @@ after. Windows and flips come from ``readers.geometry.Augment``: a function of (
 global sample index), so the callers pass each record's index. A JPEG whose window is at least
 twice the output is decoded at 1/2, 1/4 or 1/8 scale and the window mapped onto that grid.
 
-Exactness: raw, PNG and BMP records, and JPEGs without DCT scaling, give exactly the pixels of
-``decode_array`` (then cropped / resized the same way). ``fast_dct=True`` (libjpeg-turbo's fast
-integer IDCT, what FFCV uses) and DCT scaling are not bit-identical to a full decode: expect a mean
-absolute difference below one grey level for ``fast_dct`` and of one to two for DCT scaling.
-
 ``layout="CHW"`` returns ``(B, C, H, W)`` as a permuted view of the HWC buffer: PyTorch's
 ``channels_last`` memory format, what convolutions on GPU prefer; ``.contiguous()`` makes it plain
 NCHW. ``layout="HWC"`` returns ``(B, H, W, C)``, contiguous.
@@ -40,7 +26,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,43 +34,20 @@ import numpy.random  # noqa: F401 - once here, not in every DataLoader worker's 
 import torch
 from torch.utils.data import get_worker_info
 
-from readers import resample
-from readers.boxes import SampleGeometry, geometry_for_resize_crop, geometry_for_window
-from readers.decode import cv2, decode_array, simplejpeg, sniff
+from readers.batch_slot import SlotWriter, _mirror, _resize, resize_into
+from readers.boxes import SampleGeometry
 from readers.errors import ImgpackError
-from readers.geometry import (
-    Augment,
-    RandomResizedCrop,
-    Window,
-    as_pair,
-    centre_window,
-    crop_fits,
-    flip_probability,
-    resized_size,
-    scaled_window,
-)
-from readers.jpegwindow import decode_window
+from readers.geometry import NO_PARAMS, Geometry, Params, Placement, RandomResizedCrop
 from readers.record import Record
 from readers.shmring import worker_ring
+from readers.spec import ReadSpec
 from readers.targets import received
 
 Size = int | tuple[int, int] | None
 Crop = int | tuple[int, int] | RandomResizedCrop | None
-Params = tuple[Window | None, bool]  # a record's random window (None: the centre path) and flip
-NO_PARAMS: Params = (None, False)
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """Where an image of a given stored size ends up in the batch (centre crop path)."""
-
-    resized: tuple[int, int]  # (h, w) after ``resize``
-    top: int
-    left: int
-    out: tuple[int, int]  # (h, w) written into the batch
-
-
-class BatchAssembler:
+class BatchAssembler(SlotWriter):
     """Turns a list of records into one ``(images, labels)`` batch; see the module docstring."""
 
     def __init__(
@@ -98,21 +60,21 @@ class BatchAssembler:
         dct_scaling: bool = True,
         flip: bool | float | None = None,
         seed: int = 0,
+        *,
+        geometry: Geometry | None = None,
     ):
-        # The options were checked by readers.spec.ReadSpec (the one place that checks them).
-        random_crop = crop if isinstance(crop, RandomResizedCrop) else None
+        # The reading paths pass the read's one geometry (ReadSpec.geometry); built by hand (tests,
+        # benchmarks) the options get the spec's checks, and each stored size its fit check.
+        if geometry is None:
+            geometry = ReadSpec(crop=crop, resize=resize, flip=flip or False, seed=seed).geometry()
+        self.read_geometry = geometry
+        self.augment = geometry.augment
         self.layout = layout
-        self.crop = None if crop is None or isinstance(crop, RandomResizedCrop) else as_pair(crop, "crop")
-        self.resize = (
-            resize if resize is None or isinstance(resize, int) and resize >= 1 else as_pair(resize, "resize")
-        )
-        self.augment = Augment(random_crop, flip_probability(flip), int(seed))
         self.decode_threads = int(decode_threads)
         self.fast_dct = bool(fast_dct)
         self.dct_scaling = bool(dct_scaling)
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()
-        self._geometries: dict[tuple[int, int], Geometry] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -125,23 +87,9 @@ class BatchAssembler:
         self._local = threading.local()
 
     # -- geometry -----------------------------------------------------------------------------
-    def geometry(self, height: int, width: int) -> Geometry:
-        """Where an image stored at height x width lands in the batch (memoised: batches repeat sizes)."""
-        geo = self._geometries.get((height, width))
-        if geo is None:
-            geo = self._geometries[(height, width)] = self._compute_geometry(height, width)
-        return geo
-
-    def _compute_geometry(self, height: int, width: int) -> Geometry:
-        if self.augment.crop is not None:  # the window varies per sample; only the output is fixed
-            return Geometry((height, width), 0, 0, self.augment.crop.out)
-        resized = resized_size(height, width, self.resize)
-        if self.crop is None:
-            return Geometry(resized, 0, 0, resized)
-        what = f"an image of {resized[0]}x{resized[1]} (stored {height}x{width})"
-        crop_fits("a batch", self.crop, resized, what)
-        top, left, _, _ = centre_window(*resized, self.crop)
-        return Geometry(resized, top, left, self.crop)
+    def geometry(self, height: int, width: int) -> Placement:
+        """Where an image stored at height x width lands in the batch (``Geometry.placement``)."""
+        return self.read_geometry.placement(height, width)
 
     # -- assembly -----------------------------------------------------------------------------
     def output_shape(self, records: Sequence[Record]) -> tuple[int, int, int]:
@@ -166,26 +114,11 @@ class BatchAssembler:
         self, records: Sequence[Record], indices: Sequence[int] | np.ndarray | None, epoch: int
     ) -> list[Params]:
         """Each record's (window, flip): random when augmenting, from its global sample index."""
-        if not self.augment.active:
-            return [NO_PARAMS] * len(records)
-        if indices is None:
-            raise ValueError("random crops and flips need the global sample index of every record")
-        return self.augment.params(epoch, indices, [(r.height, r.width) for r in records])
+        return self.read_geometry.params(epoch, indices, [(r.height, r.width) for r in records])
 
     def sample_geometries(self, records: Sequence[Record], params: Sequence[Params]) -> list[SampleGeometry]:
-        """The exact geometry each record's image goes through (``params`` from ``params()``):
-        its stored size, the window of it that becomes the output, the output size and the flip;
-        what boxes follow (readers/boxes.py)."""
-        out: list[SampleGeometry] = []
-        for record, (window, flip) in zip(records, params):
-            stored = (record.height, record.width)
-            if window is not None and self.augment.crop is not None:
-                out.append(geometry_for_window(stored, tuple(window), self.augment.crop.out, flip))
-                continue
-            geo = self.geometry(record.height, record.width)
-            cut = (geo.top, geo.left, geo.out[0], geo.out[1])
-            out.append(geometry_for_resize_crop(stored, geo.resized, cut, geo.out, flip))
-        return out
+        """The geometry each record's image goes through (``Geometry.sample_geometries``)."""
+        return self.read_geometry.sample_geometries([(r.height, r.width) for r in records], params)
 
     def fill(self, records: Sequence[Record], out: np.ndarray, params: Sequence[Params] | None = None):
         """Decode or copy ``records`` into ``out`` (B, H, W, C) uint8, in place."""
@@ -298,157 +231,5 @@ class BatchAssembler:
         """The batch as returned to the user, from the (B, H, W, C) buffer."""
         return hwc.permute(0, 3, 1, 2) if self.layout == "CHW" else hwc
 
-    # -- one record ---------------------------------------------------------------------------
-    def _scratch(self, nbytes: int) -> np.ndarray:
-        buf = getattr(self._local, "buf", None)
-        if buf is None or buf.size < nbytes:
-            buf = self._local.buf = np.empty(max(nbytes, 1 << 20), dtype=np.uint8)
-        return buf
 
-    def _put(self, record: Record, dst: np.ndarray, window: Window | None, flip: bool) -> None:
-        if window is not None:
-            self._put_window(record, dst, window)
-        else:
-            self._put_centre(record, dst)
-        if flip:
-            _mirror(dst)
-
-    def _put_centre(self, record: Record, dst: np.ndarray) -> None:
-        geo = self.geometry(record.height, record.width)
-        if geo.resized == (record.height, record.width) != geo.out:  # a centre crop of the stored pixels
-            if self._put_jpeg_window(record, dst, Window(geo.top, geo.left, *geo.out)):
-                return
-        channels = dst.shape[2]
-        src: np.ndarray | None
-        if record.encoding == "raw":
-            src = np.frombuffer(record.data, dtype=np.uint8).reshape(record.height, record.width, channels)
-            if geo.out == geo.resized == src.shape[:2]:
-                dst[...] = src  # the common raw case: one copy, nothing to check
-                return
-        elif record.encoding == "jpeg" and simplejpeg is not None:
-            src = self._jpeg(record, geo, dst)
-            if src is None:
-                return  # decoded straight into dst
-        else:
-            src = decode_array(record)
-        self._place(src, geo, dst)
-
-    def _put_window(self, record: Record, dst: np.ndarray, window: Window) -> None:
-        """Crop ``window`` (stored pixels) and resize it straight into ``dst``."""
-        if self._put_jpeg_window(record, dst, window):
-            return
-        if record.encoding == "jpeg" and simplejpeg is not None:
-            src = self._jpeg_for_window(record, window, dst)
-        else:
-            src = decode_array(record)  # raw: a zero-copy view of the stored pixels
-        src = _check_channels(src, dst)
-        stored = (record.height, record.width)
-        if src.shape[:2] != stored:  # decoded at 1/2-1/8 scale (or the header disagrees): map the window
-            scale = (src.shape[0] / stored[0], src.shape[1] / stored[1])
-            window = scaled_window(window, scale, src.shape[:2])
-        top, left, h, w = window
-        resize_into(src[top : top + h, left : left + w], dst)
-
-    def _put_jpeg_window(self, record: Record, dst: np.ndarray, window: Window) -> bool:
-        """Decode only ``window`` of a JPEG record (readers.jpegwindow) and resize it into ``dst``;
-        False for other records, or when the window decoder is missing or refuses this JPEG."""
-        if record.encoding == "jpeg":
-            fast_dct, dct_scaling = self.fast_dct, self.dct_scaling
-        elif record.encoding == "original" and sniff(record.data) == "jpeg":
-            fast_dct = dct_scaling = False  # as decode_array decodes originals: accurate, full size
-        else:
-            return False
-        channels = dst.shape[2]
-        scratch = self._scratch(window.height * record.width * channels)
-        stored = (record.height, record.width)
-        out = dst.shape[:2]
-        region = decode_window(record.data, stored, window, out, channels, scratch, fast_dct, dct_scaling)
-        if region is None:
-            return False
-        resize_into(region, dst)
-        return True
-
-    def _jpeg_for_window(self, record: Record, window: Window, dst: np.ndarray) -> np.ndarray:
-        """The decoded JPEG, at 1/2, 1/4 or 1/8 size when the window stays at least as large as
-        the output there (DCT scaling: only when the window is twice the output or more)."""
-        height, width = record.height, record.width
-        oh, ow = dst.shape[:2]
-        kwargs: dict[str, Any] = {
-            "colorspace": "GRAY" if dst.shape[2] == 1 else "RGB",
-            "fastdct": self.fast_dct,
-            "buffer": self._scratch(height * width * dst.shape[2]),
-        }
-        if self.dct_scaling and window.height >= 2 * oh and window.width >= 2 * ow:
-            kwargs.update(
-                min_height=-(-height * oh // window.height),
-                min_width=-(-width * ow // window.width),
-                min_factor=2,
-            )
-        try:
-            return simplejpeg.decode_jpeg(record.data, **kwargs)
-        except ValueError:
-            return decode_array(record)  # CMYK, odd sampling...: the general decoders
-
-    def _jpeg(self, record: Record, geo: Geometry, dst: np.ndarray) -> np.ndarray | None:
-        colorspace = "GRAY" if dst.shape[2] == 1 else "RGB"
-        height, width = record.height, record.width
-        kwargs: dict[str, Any] = {"colorspace": colorspace, "fastdct": self.fast_dct}
-        scaled = (
-            self.dct_scaling
-            and self.resize is not None
-            and height >= 2 * geo.resized[0]
-            and width >= 2 * geo.resized[1]
-        )
-        try:
-            if scaled:
-                # Largest libjpeg-turbo scale (1/2, 1/4, 1/8) that still covers the resized size.
-                return simplejpeg.decode_jpeg(
-                    record.data,
-                    buffer=self._scratch(height * width * dst.shape[2]),
-                    min_height=geo.resized[0],
-                    min_width=geo.resized[1],
-                    min_factor=2,
-                    **kwargs,
-                )
-            if (height, width) == geo.out == geo.resized and dst.flags.c_contiguous:
-                simplejpeg.decode_jpeg(record.data, buffer=dst, **kwargs)
-                return None
-            buf = self._scratch(height * width * dst.shape[2])
-            return simplejpeg.decode_jpeg(record.data, buffer=buf, **kwargs)
-        except ValueError:
-            return decode_array(record)  # CMYK, odd sampling...: the general decoders
-
-    def _place(self, src: np.ndarray, geo: Geometry, dst: np.ndarray) -> None:
-        src = _check_channels(src, dst)
-        if src.shape[:2] != geo.resized:
-            src = _resize(src, geo.resized)
-        oh, ow = geo.out
-        dst[...] = src[geo.top : geo.top + oh, geo.left : geo.left + ow]
-
-
-def _check_channels(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    if src.ndim == 2:
-        src = src[:, :, None]
-    if src.shape[2] != dst.shape[2]:
-        raise ImgpackError(
-            f"an image has {src.shape[2]} channels where the batch has {dst.shape[2]}; pack with --mode RGB"
-        )
-    return src
-
-
-def _mirror(dst: np.ndarray) -> None:
-    """Flip an HWC image left-right in place."""
-    if cv2 is not None and dst.shape[2] in (1, 3, 4):
-        cv2.flip(dst, 1, dst=dst)
-    else:
-        dst[...] = dst[:, ::-1].copy()
-
-
-def resize_into(src: np.ndarray, dst: np.ndarray) -> None:
-    """Resize HWC ``src`` (a window view is fine) to ``dst``'s size, writing into ``dst``
-    (``readers.resample``, the one CPU resampler)."""
-    resample.resize(src, dst.shape[:2], out=dst)
-
-
-def _resize(src: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    return resample.resize(src, size)
+__all__ = ["BatchAssembler", "Crop", "Size", "_mirror", "_resize", "resize_into"]

@@ -21,12 +21,13 @@ flip for the same sample. A whole batch's numbers come from one vectorised NumPy
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from readers.boxes import SampleGeometry, geometry_for_resize_crop, geometry_for_window
 from readers.errors import OptionError
 
 Pair = tuple[int, int]
@@ -76,9 +77,10 @@ def resized_size(height: int, width: int, size: int | Pair | None, *, longer: bo
 
 
 def crop_fits(where: str, crop: int | Pair, size: Pair, what: str) -> None:
-    """The one crop-fit check: ``OptionError`` naming the fix if ``crop`` exceeds ``size`` (h, w),
-    an image (or the smallest one a dataset stores) described by ``what``."""
-    ch, cw = as_pair(crop, "crop")
+    """The one crop-fit check: ``OptionError`` naming the fix if ``crop`` (as the user gave it, an
+    int N or a checked (h, w)) exceeds ``size`` (h, w), an image (or the smallest one a dataset
+    stores) described by ``what``. ``Geometry`` calls it, once per read."""
+    ch, cw = (crop, crop) if isinstance(crop, int) else crop
     if ch > size[0] or cw > size[1]:
         raise OptionError(
             f"{where}: crop={crop!r} is larger than {what}; pass resize= to resize first "
@@ -225,4 +227,141 @@ class Augment:
         for row, (height, width) in zip(rows, sizes):
             window = self.crop.window(height, width, row[1:]) if self.crop is not None else None
             out.append((window, row[0] < self.flip))
+        return out
+
+
+NO_AUGMENT = Augment(None, 0.0, 0)
+Params = tuple[Window | None, bool]  # a sample's random window (None: the centre path) and flip
+NO_PARAMS: Params = (None, False)
+
+
+Stored = Mapping[str, int] | None  # a manifest's stored_sizes: None when not recorded
+
+
+class Placement(NamedTuple):
+    """Where an image of one stored size lands in the output (the centre path)."""
+
+    resized: Pair  # (h, w) after ``resize``
+    top: int
+    left: int
+    out: Pair  # (h, w) written into the batch
+
+
+class GeometryOptions(Protocol):
+    """What ``Geometry.of`` reads of a ``readers.spec.ReadSpec`` (checked and normalised there)."""
+
+    @property
+    def crop(self) -> int | Pair | RandomResizedCrop | None: ...
+    @property
+    def resize(self) -> int | Pair | None: ...
+    @property
+    def flip(self) -> bool | float: ...
+    @property
+    def seed(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The geometry of one read, made once (``Geometry.of``) and shared by everything that applies it:
+    the batch and per-sample paths (``readers.batch``), the DALI feed and the DALI fields.
+
+    It holds the options as ``ReadSpec`` normalised them, has fit-checked the centre crop once
+    against the stored sizes, and gives each stored size its ``Placement`` (memoised: batches
+    repeat sizes), each sample its random (window, flip) and the geometry its boxes follow.
+    """
+
+    crop: int | Pair | None = None  # a centre crop as given: N (square) or (h, w)
+    resize: int | Pair | None = None
+    augment: Augment = NO_AUGMENT
+    # True when the check in ``of`` covered every image (stored sizes known, or a resize that fixes
+    # the shorter side); else a dataset packed before stored sizes were recorded: checked per size.
+    fits_all: bool = False
+    where: str = "a batch"  # what a per-size refusal names
+    _placements: dict[Pair, Placement] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, options: GeometryOptions, stored: Sequence[tuple[str, Stored]] = ()) -> Geometry:
+        """The geometry of ``options`` (a ``ReadSpec``) over datasets whose ``stored`` sizes are
+        ``(where, manifest.stored_sizes)`` each: refuses, naming the fix, a centre crop larger than
+        the smallest stored image (after ``resize``) of any of them."""
+        crop = options.crop
+        random_crop = crop if isinstance(crop, RandomResizedCrop) else None
+        centre = None if isinstance(crop, RandomResizedCrop) else crop
+        augment = Augment(random_crop, float(options.flip), int(options.seed))
+        where = stored[0][0] if len(stored) == 1 else "a batch"
+        fits_all = centre is None or options.resize is not None
+        if centre is not None and options.resize is not None:  # one check for every image there is
+            resize, first = options.resize, stored[0][0] if stored else where
+            if isinstance(resize, int):
+                what = f"resize={resize} (the shorter side after resizing)"
+                crop_fits(first, centre, (resize, resize), what)
+            else:
+                crop_fits(first, centre, resize, f"resize={resize!r}")
+        elif centre is not None:
+            known = [(name, sizes) for name, sizes in stored if sizes and sizes.get("count")]
+            fits_all = len(known) == len(stored) > 0
+            for name, sizes in known:
+                low = (sizes["min_height"], sizes["min_width"])
+                what = f"the smallest stored image ({low[0]} px high, {low[1]} px wide, see `pack info`)"
+                crop_fits(name, centre, low, what)
+        return cls(centre, options.resize, augment, fits_all, where)
+
+    @property
+    def random_crop(self) -> RandomResizedCrop | None:
+        return self.augment.crop
+
+    @property
+    def windowed(self) -> bool:
+        """True when every sample has a window of its own (``params`` draws it), not the centre path."""
+        return self.augment.crop is not None
+
+    @property
+    def crop_size(self) -> Pair | None:
+        """The centre crop as (h, w)."""
+        crop = self.crop
+        return None if crop is None else (crop, crop) if isinstance(crop, int) else crop
+
+    def placement(self, height: int, width: int) -> Placement:
+        """Where an image stored at height x width lands (random crops: only the output is fixed)."""
+        placed = self._placements.get((height, width))
+        if placed is None:
+            placed = self._placements[(height, width)] = self._place(height, width)
+        return placed
+
+    def _place(self, height: int, width: int) -> Placement:
+        if self.augment.crop is not None:
+            return Placement((height, width), 0, 0, self.augment.crop.out)
+        resized = resized_size(height, width, self.resize)
+        crop = self.crop_size
+        if crop is None:
+            return Placement(resized, 0, 0, resized)
+        if not self.fits_all:
+            assert self.crop is not None
+            what = f"an image of {resized[0]}x{resized[1]} (stored {height}x{width})"
+            crop_fits(self.where, self.crop, resized, what)
+        top, left, _, _ = centre_window(*resized, crop)
+        return Placement(resized, top, left, crop)
+
+    def params(
+        self, epoch: int, indices: Sequence[int] | np.ndarray | None, sizes: Sequence[Pair]
+    ) -> list[Params]:
+        """Each sample's (window, flip), from its global sample index: random when augmenting."""
+        if not self.augment.active:
+            return [NO_PARAMS] * len(sizes)
+        if indices is None:
+            raise ValueError("random crops and flips need the global sample index of every record")
+        return self.augment.params(epoch, indices, sizes)
+
+    def sample_geometries(self, sizes: Sequence[Pair], params: Sequence[Params]) -> list[SampleGeometry]:
+        """The exact geometry each image stored at ``sizes[i]`` goes through with its ``params``:
+        its stored size, the window of it that becomes the output, the output size and the flip;
+        what boxes follow (readers/boxes.py)."""
+        out: list[SampleGeometry] = []
+        for stored, (window, flip) in zip(sizes, params):
+            placed = self.placement(*stored)
+            if window is not None:
+                out.append(geometry_for_window(stored, tuple(window), placed.out, flip))
+            else:
+                cut = (placed.top, placed.left, *placed.out)
+                out.append(geometry_for_resize_crop(stored, placed.resized, cut, placed.out, flip))
         return out

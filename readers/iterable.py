@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from readers.bucket_plan import bucket_identity, bucket_order, check_bucket_state, sample_sizes
+from readers.epoch_cursor import dataset_identity
 from readers.errors import CallError
 from readers.formats import open_reader
 from readers.quality import warn_if_poorly_mixed
 from readers.record import Record
 from readers.record_stream import RecordStream
-from readers.resume import DATASET_VERSION
 from readers.spec import ReadSpec
 
 
@@ -53,12 +53,12 @@ class PackedIterable(RecordStream):
             raise CallError("pass either spec= or the reading options, not both")
         self.path = path
         self.reader = open_reader(path, **spec.open_options)
-        spec.check_stored(str(path), self.reader.manifest.stored_sizes)
+        geometry = spec.geometry([(str(path), self.reader.manifest.stored_sizes)])
         order = spec.order_of(len(self.reader))
         if spec.buckets is not None:  # each sample's bucket, from its stored size
             batch = spec.batch_size or spec.loader_batch_size or 1
             order = bucket_order(spec.buckets, sample_sizes(self.reader), order, batch)
-        self.setup(spec, order)
+        self.setup(spec, order, geometry)
         warn_if_poorly_mixed(str(path), self.reader, self.order, self.batch_size)
 
     @property
@@ -66,10 +66,7 @@ class PackedIterable(RecordStream):
         return list(self.reader.manifest.classes)
 
     def identity(self) -> dict[str, Any]:
-        manifest = self.reader.manifest
-        version = int(manifest.extra.get("version", 1))  # appends (packer/append.py) count it up
-        identity = {"dataset": manifest.sample_identity(), DATASET_VERSION: version}
-        return {**identity, **bucket_identity(self.spec, self.order)}
+        return {**dataset_identity(self.reader.manifest), **bucket_identity(self.spec, self.order)}
 
     def where(self) -> str:
         return str(self.path)

@@ -108,8 +108,7 @@ class MixedIterable(RecordStream):
         if empty:
             raise OptionError(f"{empty[0]}: dataset has no samples; leave it out of the mix")
         stored = [r.manifest.stored_sizes for r in self.readers]
-        for path, sizes in zip(self.paths, stored):
-            spec.check_stored(path, sizes)
+        geometry = spec.geometry(list(zip(self.paths, stored)))
         spec.check_stored(f"mix of {', '.join(self.paths)}", combined_sizes(stored))
         self.weights = weights
         self.seed = int(spec.seed)
@@ -140,7 +139,7 @@ class MixedIterable(RecordStream):
             batch = spec.batch_size or spec.loader_batch_size or 1
             stored_sizes = [sample_sizes(reader) for reader in self.readers]
             order = mix_bucket_order(spec.buckets, stored_sizes, self.sequence, order, batch)
-        self.setup(spec, order)
+        self.setup(spec, order, geometry)
         warn_if_mix_poorly_mixed(self)
 
     # -- the order ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ position (a function of (seed, epoch, position), so any worker count, rank split
 the same crops), the collate guard (``readers.whole_batch``), ``pad_last`` and the decode-error
 naming. A source (``open_iterable`` over one dataset, ``mix`` over several, the DALI CPU fallback
 through ``open_iterable``) only says how many positions an epoch has and which records they are
-(``_read``), and builds its stream with ``setup(spec, order)``.
+(``_read``), and builds its stream with ``setup(spec, order, spec.geometry(stored sizes))``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 from readers.batch import BatchAssembler
 from readers.decode import decode_record, naming_decode_errors, to_output
 from readers.errors import OptionError
+from readers.geometry import Geometry
 from readers.order import OrderSpec
 from readers.readahead import ReadAhead, planned_extents
 from readers.record import Record
@@ -30,7 +31,7 @@ from readers.stream import EpochStream
 from readers.targets import KEY as TARGETS_KEY
 from readers.targets import DetectionTarget, received, with_fields
 from readers.targets import sample as detection_sample
-from readers.token_batch import bucket_assembler
+from readers.token_batch import assembler_of
 from readers.token_order import EMPTY, TokenOrder
 from readers.whole_batch import whole_batch
 
@@ -40,7 +41,8 @@ class RecordStream(EpochStream):
 
     spec: ReadSpec
 
-    def setup(self, spec: ReadSpec, order: OrderSpec) -> None:
+    def setup(self, spec: ReadSpec, order: OrderSpec, geometry: Geometry) -> None:
+        """``geometry``: the read's one geometry (``spec.geometry`` of the source's stored sizes)."""
         if not 0 <= order.rank < order.world_size:
             raise OptionError(f"rank {order.rank} is outside world_size {order.world_size}")
         self.spec = spec
@@ -50,18 +52,7 @@ class RecordStream(EpochStream):
         self.target_transform = spec.target_transform
         self.batch_transform = spec.batch_transform
         self.layout = spec.layout
-        self.assembler = BatchAssembler(
-            spec.layout,
-            spec.crop,
-            spec.resize,
-            spec.decode_threads,
-            spec.fast_dct,
-            spec.dct_scaling,
-            spec.flip,
-            spec.seed,
-        )
-        if spec.buckets is not None:
-            self.assembler = bucket_assembler(spec, order)
+        self.assembler = assembler_of(spec, order, geometry)  # a token budget's picks each batch's cell
         self.fields = field_plan(spec, self.field_schemas(), self.where_fields(), self.dataset_names())
         self.targets = target_plan(spec, self.field_schemas(), self.where_fields())
         self.order = order
@@ -247,8 +238,7 @@ def batch_fields(
 ) -> dict[str, Any]:
     """A batch's collated fields (without the label), boxes moved by the geometry ``assembler`` gives
     each record with its (window, flip) ``params`` (None: the plan wants no geometry); ``sources``:
-    each record's dataset in a mix with ``fields_per_dataset``. The batch path's, and the DALI
-    loader's for the records its pipeline carried (readers/dali/fields.py)."""
+    each record's dataset in a mix with ``fields_per_dataset``."""
     geometries = assembler.sample_geometries(records, params) if params is not None else None
     return plan.batch([r.fields for r in records], geometries, sources)
 

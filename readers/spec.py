@@ -4,7 +4,8 @@ Every entry point builds a ``ReadSpec`` from its keyword arguments (``ReadSpec.b
 has one name, one default and one check on every path, and a mistake is an ``OptionError`` raised
 when the entry point is called, with the same message on every path. What a spec can only check
 against the data (a crop larger than the smallest stored image, whole batches of images that keep
-different sizes) is ``check_stored``, run by each entry point on each dataset it opens.
+different sizes) is checked by ``geometry``, which each entry point calls once with the stored sizes
+of the datasets it opens: the ``readers.geometry.Geometry`` it returns is the read's one geometry.
 
 ``ENTRY_POINTS`` says which entry points take each option: the table of reading options in docs/reading.md
 is tested against it.
@@ -19,10 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from readers.bucket_geometry import bucket_geometry
 from readers.buckets import checked_buckets
 from readers.decode import check_decode_kind
 from readers.errors import CallError, OptionError
-from readers.geometry import RandomResizedCrop, as_pair, crop_fits, flip_probability
+from readers.geometry import Geometry, RandomResizedCrop, as_pair, flip_probability
 from readers.order import OrderSpec, resolve_rank
 from readers.readahead import resolve_budget
 from readers.remote_parts import merge_remote_options
@@ -247,9 +249,9 @@ class ReadSpec:
         return self.crop if isinstance(self.crop, RandomResizedCrop) else None
 
     def check_stored(self, where: str, stored: dict[str, int] | None) -> None:
-        """Refuse, naming the fix, a crop larger than the smallest stored image (after ``resize``)
-        and whole batches of images that keep different sizes. ``stored``: the manifest's
-        ``stored_sizes`` (None for datasets packed before it was recorded: checked per image)."""
+        """Refuse, naming the fix, whole batches of images that keep different sizes. ``stored``:
+        the manifest's ``stored_sizes`` (None for datasets packed before it was recorded: checked
+        per batch). The crop's fit is the geometry's check (``geometry``)."""
         if not stored or not stored.get("count"):
             return
         low = (stored["min_height"], stored["min_width"])
@@ -262,18 +264,17 @@ class ReadSpec:
                 f"{low[0]}x{low[1]} to {high[0]}x{high[1]} (height x width, see `pack info`); pass "
                 f"crop= (and resize=), e.g. crop={min(low)}, or pack with --crop N"
             )
-        if self.crop is None or isinstance(self.crop, RandomResizedCrop):
-            return
-        if self.resize is None:
-            fits, what = (
-                low,
-                f"the smallest stored image ({low[0]} px high, {low[1]} px wide, see `pack info`)",
-            )
-        elif isinstance(self.resize, int):
-            fits, what = (self.resize, self.resize), f"resize={self.resize} (the shorter side after resizing)"
-        else:
-            fits, what = self.resize, f"resize={self.resize!r}"
-        crop_fits(where, self.crop, fits, what)
+
+    def geometry(self, stored: Sequence[tuple[str, dict[str, int] | None]] = ()) -> Geometry:
+        """The one ``readers.geometry.Geometry`` of a read of datasets with these ``stored`` sizes
+        ((where, manifest.stored_sizes) each), after ``check_stored`` on each: the crop is
+        fit-checked there, once. A bucketed read's is a ``readers.bucket_geometry.BucketGeometry``
+        (a token budget's a ``TokenGeometry``)."""
+        for where, sizes in stored:
+            self.check_stored(where, sizes)
+        if self.buckets is not None:
+            return bucket_geometry(self.buckets, float(self.flip), self.seed)
+        return Geometry.of(self, stored)
 
 
 def _size(value: Any, name: str) -> int | tuple[int, int]:

@@ -6,7 +6,8 @@ and implements ``_emit(positions, spans)``: read the samples at ``positions[a:b]
 and yield them (a whole batch per span, or one item per sample), adding what it yields to
 ``self._pass.samples``. Everything else — which positions this rank and this DataLoader worker
 read, ``set_epoch`` reaching persistent workers, ``len()``, and the resume rules of
-``readers.resume`` — lives here once.
+``readers.resume`` — lives here once; the epoch and resume bookkeeping it shares with the DALI
+loader is ``readers.epoch_cursor.EpochCursor``.
 
 Each new pass is the next epoch unless the epoch was chosen for it (``set_epoch``, or a loaded
 state's epoch). The process that starts a pass decides its epoch (``begin_pass``): the one that
@@ -24,35 +25,24 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from readers.epoch_cursor import EpochCursor
 from readers.errors import OptionError
 from readers.order import OrderSpec, num_chunks, worker_chunks
-from readers.resume import Pass, ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
+from readers.resume import Pass, ResumeError, ResumePoint, advance
 
 
-class EpochStream(IterableDataset):
+class EpochStream(EpochCursor, IterableDataset):
     """Epochs, rank and worker split, ``len()`` and resume for a stream of samples or batches."""
 
     order: OrderSpec
     batch_size: int | None
 
     def init_stream(self) -> None:
-        # Shared with worker processes (fork and spawn), so persistent workers see set_epoch.
-        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.init_epochs(shared=True)  # shared with worker processes, so persistent workers see set_epoch
         # Samples worker processes have yielded: lets state_dict() in the main process tell
         # "nothing read yet" from "read in workers, which it cannot see".
         self._worker_yields = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self._resume: ResumePoint | None = None  # set by load_state_dict, used by the next iteration
-        self._pass: Pass | None = None  # the iteration running in this process
-        self._chosen = True  # the next pass reads self.epoch as it is (else: the epoch after it)
         self._running = False  # a pass is being iterated in this process
-
-    def identity(self) -> dict[str, Any]:
-        """What besides ``order`` a state must match to resume this stream (a subclass adds)."""
-        return {}
-
-    def where(self) -> str:
-        """The dataset(s) this stream reads, for resume messages."""
-        return ""
 
     def set_loader_batch_size(self, loader_batch_size: int | None) -> None:
         """The DataLoader's batch size on the per-sample path (workers take turns by that many)."""
@@ -62,44 +52,15 @@ class EpochStream(IterableDataset):
         unit = self.batch_size or loader_batch_size or 1
         self.order = dataclasses.replace(self.order, unit=unit)
 
-    # -- epoch, length, resume ----------------------------------------------------------------
-    @property
-    def epoch(self) -> int:
-        return int(self._epoch.item())
-
+    # -- epoch, length, resume (the rules of readers.epoch_cursor) -------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch of the next pass (without it, each pass is the next epoch). After
-        ``load_state_dict`` only the state's own epoch may be set."""
-        epoch = checked_epoch(epoch)
         if self._resume is not None and int(self._worker_yields.item()) > 0:
             self._resume = None  # DataLoader workers have read the resumed epoch (their copies)
-        if self._resume is not None and self._resume.epoch != int(epoch):
-            raise ResumeError(
-                f"set_epoch({int(epoch)}) contradicts the loaded state, which resumes epoch "
-                f"{self._resume.epoch}: call set_epoch({self._resume.epoch}) (or nothing: the epoch "
-                "advances by itself), or do not load the state to start epoch "
-                f"{int(epoch)} from its beginning"
-            )
-        self._epoch.fill_(int(epoch))
-        self._chosen = True
-        self._pass = None
+        super().set_epoch(epoch)
         self._worker_yields.zero_()
 
-    def begin_pass(self, hand_over: bool = False) -> int:
-        """Decide the epoch of the pass that starts now: the chosen one, else the next.
-
-        ``hand_over``: the caller (a loader without workers) decided it for the iteration of this
-        process that follows, which must not advance it again."""
-        if not self._chosen:
-            self._epoch.add_(1)
-            self._pass = None
-            self._worker_yields.zero_()
-        self._chosen = hand_over
-        return self.epoch
-
-    def _next_epoch(self) -> int:
-        """The epoch the next pass reads."""
-        return self.epoch if self._chosen else self.epoch + 1
+    def _next_pass_begun(self) -> None:
+        self._worker_yields.zero_()
 
     @property
     def num_samples(self) -> int:
@@ -116,10 +77,6 @@ class EpochStream(IterableDataset):
             return self.num_samples
         return num_chunks(self.num_samples, self.batch_size, self.order.drop_last)
 
-    def _pending_resume(self) -> ResumePoint | None:
-        resume = self._resume
-        return resume if resume is not None and resume.epoch == self._next_epoch() else None
-
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Where the epoch stands, as a plain dict to save with a checkpoint.
 
@@ -134,15 +91,13 @@ class EpochStream(IterableDataset):
                 return self._state(self._pending_resume() or self._start_point())
             return self._state(self._pass.worker_state())
         if consumed is None:
-            if self._pass is not None:
-                return self._state(self._pass.reached(self.order))
-            if int(self._worker_yields.item()) > 0:
+            if self._pass is None and int(self._worker_yields.item()) > 0:
                 raise ResumeError(
                     "state_dict() cannot see what DataLoader workers have read: use "
                     "readers.make_loader (a StatefulDataLoader) and loader.state_dict(), or pass "
                     "consumed=<samples taken from the loader since iter(loader) began>"
                 )
-            return self._state(self._pending_resume() or self._start_point())
+            return self._state(self._point_here())
         start = self._pending_resume() or self._start_point()
         taken = self.order.taken_positions(start.epoch, start.position, start.offset, int(consumed))
         return self._state(advance(self.order, start, taken))
@@ -156,19 +111,8 @@ class EpochStream(IterableDataset):
                 "load_state_dict() was called while this stream is being iterated; call it before "
                 "the `for` loop starts (then that loop resumes)"
             )
-        point = check_state(state, self.order, in_worker, self.identity(), self.where())
-        if not in_worker:  # a worker's state must not move the epoch the main process chose
-            self._epoch.fill_(point.epoch)
-            self._chosen = True
-        self._resume = point
-        self._pass = None
+        self._resume_at(self._checked_point(state, in_worker), in_worker)
         self._worker_yields.zero_()
-
-    def _start_point(self) -> ResumePoint:
-        return ResumePoint(self._next_epoch(), 0, 0)
-
-    def _state(self, point: ResumePoint) -> dict[str, Any]:
-        return make_state(point, self.order, self.identity())
 
     def _positions(self, epoch: int, start: int) -> np.ndarray:
         """What ``_emit`` is handed: this rank's sequence for ``epoch`` from global position ``start``."""
@@ -188,11 +132,6 @@ class EpochStream(IterableDataset):
             yield from self._iterate(0, 1)
         finally:
             self._running = False
-
-    def pass_start(self, epoch: int) -> ResumePoint:
-        """Where a pass over ``epoch`` starts: the loaded state's point in it, else its beginning."""
-        resume = self._resume
-        return resume if resume is not None and resume.epoch == epoch else ResumePoint(epoch, 0, 0)
 
     def _iterate(self, worker: int, workers: int) -> Iterator[Any]:
         info = get_worker_info()

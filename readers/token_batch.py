@@ -1,10 +1,12 @@
 """The batch assembler of a token-budget read: each image's cover window resized to its cell's grid.
 
-``TokenAssembler`` is the bucketed assembler (readers/bucket_batch.py) whose output size is the
-batch's cell (sequence length, grid; readers/token_budget.py) rather than a function of the
-stored size alone: an image's grid depends on the length the epoch reads it at. The cell of each
-sample in an epoch comes from the order (``TokenOrder.cells``), so any worker, rank or resumed
-pass sizes a batch the same way; every image of a batch shares its cell.
+``TokenAssembler`` is ``readers.batch.BatchAssembler`` over the read's ``TokenGeometry``
+(readers/bucket_geometry.py) whose output size is the batch's cell (sequence length, grid;
+readers/token_budget.py) rather than a function of the stored size alone: an image's grid depends
+on the length the epoch reads it at. The cell of each sample in an epoch comes from the order
+(``TokenOrder.cells``), so any worker, rank or resumed pass sizes a batch the same way; every
+image of a batch shares its cell, and the batch is assembled with that cell's geometry
+(``TokenGeometry.at_cell``).
 """
 
 from __future__ import annotations
@@ -15,23 +17,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from readers.batch import Geometry, Params
-from readers.bucket_batch import BucketAssembler
+from readers.batch import BatchAssembler
+from readers.bucket_geometry import TokenGeometry
 from readers.errors import ImgpackError
+from readers.geometry import Geometry, Params
+from readers.order import OrderSpec
 from readers.record import Record
-from readers.token_budget import TokenBudget
 from readers.token_order import TokenOrder
 
 
-class TokenAssembler(BucketAssembler):
-    def __init__(self, budget: TokenBudget, order: TokenOrder, layout: str = "CHW", decode_threads: int = 0,
-                 fast_dct: bool = False, dct_scaling: bool = True, flip: float = 0.0,
-                 seed: int = 0):  # fmt: skip
-        super().__init__(budget, layout, decode_threads, fast_dct, dct_scaling, flip, seed)
-        self.budget = budget
+class TokenAssembler(BatchAssembler):
+    def __init__(self, geometry: TokenGeometry, order: TokenOrder, layout: str = "CHW",
+                 decode_threads: int = 0, fast_dct: bool = False, dct_scaling: bool = True):  # fmt: skip
+        super().__init__(layout, decode_threads=decode_threads, fast_dct=fast_dct, dct_scaling=dct_scaling,
+                         geometry=geometry)  # fmt: skip
+        self.token_geometry = geometry  # the read's; read_geometry is the current batch's cell's
         self.order = order
         self._epoch_cells: tuple[int, np.ndarray] | None = None
-        self._out: tuple[int, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -50,12 +52,7 @@ class TokenAssembler(BucketAssembler):
     def _select(self, indices: Sequence[int] | np.ndarray | None, epoch: int) -> None:
         if indices is None:
             raise ValueError("a token-budget batch needs the global sample index of every record")
-        self._out = self.budget.cell_pixels(self.cell_of(indices, epoch))
-
-    def geometry(self, height: int, width: int) -> Geometry:
-        """The batch's cell size for every image (set by ``params``, which each batch starts with)."""
-        assert self._out is not None, "params() sets the batch's cell first"
-        return Geometry((height, width), 0, 0, self._out)
+        self.read_geometry = self.token_geometry.at_cell(self.cell_of(indices, epoch))
 
     def params(
         self, records: Sequence[Record], indices: Sequence[int] | np.ndarray | None, epoch: int
@@ -77,9 +74,11 @@ class TokenAssembler(BucketAssembler):
         return super().shared(records, indices, epoch, fields, params)
 
 
-def bucket_assembler(spec: Any, order: Any) -> BucketAssembler:
-    """The assembler of a bucketed read (``spec.buckets`` set; ``order``: its schedule)."""
-    options = (spec.layout, spec.decode_threads, spec.fast_dct, spec.dct_scaling, float(spec.flip), spec.seed)
-    if isinstance(spec.buckets, TokenBudget):
-        return TokenAssembler(spec.buckets, order, *options)
-    return BucketAssembler(spec.buckets, *options)
+def assembler_of(spec: Any, order: OrderSpec, geometry: Geometry) -> BatchAssembler:
+    """The batch assembler of a read over its one ``geometry`` (``spec.geometry``; ``order``: its
+    schedule, which picks a token-budget batch's cell)."""
+    options = dict(decode_threads=spec.decode_threads, fast_dct=spec.fast_dct, dct_scaling=spec.dct_scaling)
+    if isinstance(geometry, TokenGeometry):
+        assert isinstance(order, TokenOrder)
+        return TokenAssembler(geometry, order, spec.layout, **options)
+    return BatchAssembler(spec.layout, geometry=geometry, **options)

@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-import readers.batch
+import readers.batch_slot
 from readers import RandomResizedCrop, jpegwindow, open_iterable
 from readers.decode import decode_array
 from readers.geometry import Window, scaled_window
@@ -202,11 +202,11 @@ def test_training_batches_decode_only_the_window_with_identical_pixels(packed, t
         {"crop": spec, "flip": True, "fast_dct": True},
         {"crop": 64},
     ):
-        monkeypatch.setattr(readers.batch, "decode_window", counting)
+        monkeypatch.setattr(readers.batch_slot, "decode_window", counting)
         windowed = batches(path, **options)
         assert calls["decoded"] >= 10  # every JPEG but the CMYK ones (refused: decoded whole)
         calls["decoded"] = 0
-        monkeypatch.setattr(readers.batch, "decode_window", lambda *args, **kwargs: None)
+        monkeypatch.setattr(readers.batch_slot, "decode_window", lambda *args, **kwargs: None)
         whole = batches(path, **options)
         np.testing.assert_array_equal(windowed.numpy(), whole.numpy())
         monkeypatch.undo()
@@ -245,11 +245,11 @@ def test_dali_dataloader_fallback_decodes_only_the_window(packed, tmp_path, monk
         return torch.cat([x.clone() for x, _ in loader])
 
     calls = {"decoded": 0}
-    monkeypatch.setattr(readers.batch, "decode_window", counting_decoder(calls))
+    monkeypatch.setattr(readers.batch_slot, "decode_window", counting_decoder(calls))
     windowed = epoch()
     if workers == 0:  # counted in this process
         assert calls["decoded"] >= 10
-    monkeypatch.setattr(readers.batch, "decode_window", lambda *args, **kwargs: None)
+    monkeypatch.setattr(readers.batch_slot, "decode_window", lambda *args, **kwargs: None)
     np.testing.assert_array_equal(windowed.numpy(), epoch().numpy())
 
 
@@ -344,13 +344,13 @@ def test_original_packs_of_cut_progressive_jpegs_read_alike_on_every_path(packed
     path = packed(fmt, src=root, encode="original")
     options = {"crop": RandomResizedCrop(48, scale=(0.08, 1.0)), "flip": True}
     calls = {"decoded": 0}
-    monkeypatch.setattr(readers.batch, "decode_window", counting_decoder(calls))
+    monkeypatch.setattr(readers.batch_slot, "decode_window", counting_decoder(calls))
     windowed = batches(path, **options)
     assert calls["decoded"] >= 8
     dali = dali_loader(path, batch_size=5, seed=3, device="dataloader", num_workers=0, **options)
     dali.set_epoch(1)
     dali_windowed = torch.cat([x.clone() for x, _ in dali])
-    monkeypatch.setattr(readers.batch, "decode_window", lambda *args, **kwargs: None)
+    monkeypatch.setattr(readers.batch_slot, "decode_window", lambda *args, **kwargs: None)
     whole = batches(path, **options)
     dali.set_epoch(1)
     np.testing.assert_array_equal(dali_windowed.numpy(), torch.cat([x.clone() for x, _ in dali]).numpy())

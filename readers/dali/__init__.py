@@ -2,11 +2,12 @@
 
 - ``loader``: ``dali_loader`` and ``DaliLoader``, choosing the path (``dali-gpu``, ``dali-cpu``,
   ``dataloader``) and running it;
-- ``feed``: ``BatchFeed``, the batches of an epoch and their geometry, shared by every path;
+- ``feed``: ``BatchFeed``, the batches of an epoch and the read's ``Geometry``, shared by every path;
 - ``pipeline``: the DALI graph (imported only when DALI runs);
 - ``fields``: ``fields=`` on the DALI paths: fields and geometry carried through the pipeline,
   the targets built with the batch path's code;
-- ``fallback``: the CPU DataLoader path (no DALI): ``open_iterable`` + ``make_loader`` + normalising.
+- ``fallback``: the CPU DataLoader path (no DALI): ``open_iterable`` + ``make_loader`` + normalising;
+- ``watch``: a dead py_workers process and a failing sample, said as errors while DALI runs.
 
 Importing this package does not import DALI.
 """

@@ -1,7 +1,8 @@
 """What the DALI loader and its CPU fallback both consume: the batches of an epoch and their geometry.
 
-The geometry (resize targets, centre crop offsets, random windows and flips) comes from
-``readers.geometry``, the module the batch path uses, so the same arguments crop the same pixels.
+The geometry (resize targets, centre crop offsets, random windows and flips) is the read's one
+``readers.geometry.Geometry``, the object the batch path and the DALI fields use too (made once by
+``dali_loader``, its crop fit-checked there), so the same arguments crop the same pixels.
 
 ``BatchFeed`` is the one description of an epoch for ``readers.dali``: which samples go in
 batch i (from ``readers.order``, plus the last-batch policy), their records (the format
@@ -15,41 +16,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, cast, overload
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from readers.dali.fields import OUTPUTS, carried
 from readers.errors import ImgpackError, OptionError
 from readers.formats import open_reader
-from readers.geometry import Augment, RandomResizedCrop, as_pair, centre_window, crop_fits, resized_size
+from readers.geometry import Augment, Geometry, RandomResizedCrop
 from readers.order import OrderSpec, num_chunks
 from readers.record import Record
+from readers.spec import ReadSpec
 
 LAST_BATCH = ("pad", "drop", "partial")
 # Stored as pixels (or as BMP, which NumPy parses at memcpy speed): fed to DALI without decoding.
 PIXEL_ENCODINGS = ("raw", "bmp")
 
 Size = tuple[int, int]
-
-
-@overload
-def as_size(value: RandomResizedCrop, name: str) -> RandomResizedCrop: ...
-@overload
-def as_size(value: int | Sequence[int] | None, name: str) -> Size | int | None: ...
-@overload
-def as_size(
-    value: int | Sequence[int] | RandomResizedCrop | None, name: str
-) -> Size | int | RandomResizedCrop | None: ...
-def as_size(
-    value: int | Sequence[int] | RandomResizedCrop | None, name: str
-) -> Size | int | RandomResizedCrop | None:
-    """``None``, an int (resize: shorter side; crop: square) or an (height, width) pair."""
-    if value is None or isinstance(value, RandomResizedCrop):
-        return value
-    if isinstance(value, int | np.integer):
-        return as_pair(value, name)[0]
-    return as_pair(value, name)
 
 
 class Plan(NamedTuple):
@@ -75,7 +58,11 @@ class BatchFeed:
         flip: float = 0.0,
         reader_options: dict[str, Any] | None = None,
         fields: Mapping[str, str] | None = None,
+        *,
+        geometry: Geometry | None = None,
     ):
+        """``geometry``: the read's one geometry (``ReadSpec.geometry``); without it one is made of
+        ``resize``, ``crop`` and ``flip`` (checked as a spec checks them, each stored size fit-checked)."""
         if last_batch not in LAST_BATCH:
             raise OptionError(f"last_batch={last_batch!r}; use one of {', '.join(LAST_BATCH)}")
         self.path = path
@@ -83,10 +70,9 @@ class BatchFeed:
         self.order = order
         self.batch_size = int(batch_size)
         self.last_batch = last_batch
-        self.resize = resize
-        self.random_crop = crop if isinstance(crop, RandomResizedCrop) else None
-        self.crop = crop
-        self.augment = Augment(self.random_crop, float(flip), order.seed)
+        if geometry is None:
+            geometry = ReadSpec(resize=resize, crop=crop, flip=flip, seed=order.seed).geometry()
+        self.geometry = geometry
         self.base_epoch = int(base_epoch)  # DALI counts epochs from 0 after each (re)build
         # With fields=: the stored fields ({name: kind}) carried beside the pixels, with each
         # sample's geometry (readers/dali/fields.py); {} carries the geometry alone
@@ -106,7 +92,11 @@ class BatchFeed:
 
     def batches_in(self, epoch: int) -> int:
         """Batches this rank reads in ``epoch`` (fewer than ``len`` in a resumed epoch)."""
-        samples = self.order.at_epoch(epoch).samples_from(self.start(epoch))  # carry: that epoch's length
+        return self.batches_from(epoch, self.start(epoch))
+
+    def batches_from(self, epoch: int, position: int) -> int:
+        """Batches this rank reads in ``epoch`` started at global ``position``."""
+        samples = self.order.at_epoch(epoch).samples_from(position)  # carry: that epoch's length
         return num_chunks(samples, self.batch_size, self.last_batch == "drop")
 
     def positions(self, epoch: int) -> np.ndarray:
@@ -125,6 +115,24 @@ class BatchFeed:
 
     def batch_indices(self, epoch: int, i: int) -> np.ndarray:
         return self.positions(epoch)[i * self.batch_size : (i + 1) * self.batch_size]
+
+    # -- the geometry (the pipeline's view of ``self.geometry``) --------------------------------
+    @property
+    def resize(self) -> Size | int | None:
+        return self.geometry.resize
+
+    @property
+    def random_crop(self) -> RandomResizedCrop | None:
+        return self.geometry.random_crop
+
+    @property
+    def crop(self) -> Size | int | RandomResizedCrop | None:
+        """The centre crop, or the RandomResizedCrop: None when nothing is cropped."""
+        return self.geometry.crop if self.geometry.crop is not None else self.geometry.random_crop
+
+    @property
+    def augment(self) -> Augment:
+        return self.geometry.augment
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -149,29 +157,27 @@ class BatchFeed:
 
     def plan(self, records: Sequence[Record], indices: Sequence[int] | np.ndarray, epoch: int) -> Plan:
         """The geometry of a batch (checks it can be stacked): see ``Plan``."""
+        geometry = self.geometry
         stored = [(r.height, r.width) for r in records]
         flips = None
-        if self.augment.active:
-            params = self.augment.params(epoch, indices, stored)
+        if geometry.augment.active:
+            params = geometry.params(epoch, indices, stored)
             flips = np.array([f for _, f in params], dtype=bool)
-            if self.random_crop is not None:
+            if geometry.windowed:
                 windows = np.array([w for w, _ in params], dtype=np.int64).reshape(-1, 4)
                 return Plan(None, windows, flips)
-        resized = [resized_size(h, w, self.resize) for h, w in stored]
-        sizes = np.array(resized, np.float32).reshape(-1, 2) if self.resize is not None else None
-        if self.crop is None:
-            if len({tuple(s) for s in resized}) > 1:
-                distinct = sorted({tuple(s) for s in resized})[:3]
+        placed = [geometry.placement(h, w) for h, w in stored]
+        resized = [p.resized for p in placed]
+        sizes = np.array(resized, np.float32).reshape(-1, 2) if geometry.resize is not None else None
+        if geometry.crop is None:
+            if len(set(resized)) > 1:
+                distinct = sorted(set(resized))[:3]
                 raise ImgpackError(
                     f"{self.path}: images in a batch have different sizes {distinct}...; "
                     "pass crop=N or resize=(height, width) so every image has one size"
                 )
             return Plan(sizes, None, flips)
-        # a RandomResizedCrop makes the augment active: its plan was returned above
-        crop = as_pair(cast(Size | int, self.crop), "crop")
-        for (h, w), (sh, sw) in zip(resized, stored):
-            crop_fits(str(self.path), crop, (h, w), f"an image of {h}x{w} (stored {sh}x{sw})")
-        windows = np.array([centre_window(h, w, crop) for h, w in resized], np.int64).reshape(-1, 4)
+        windows = np.array([(p.top, p.left, *p.out) for p in placed], np.int64).reshape(-1, 4)
         return Plan(sizes, windows, flips)
 
     def batch(self, epoch: int, i: int) -> tuple[list[Record], Plan]:
@@ -181,8 +187,9 @@ class BatchFeed:
 
     @property
     def window_first(self) -> bool:
-        """The pipeline cuts each sample's window from the stored image (on decode), then resizes."""
-        return self.random_crop is not None
+        """The pipeline cuts each sample's window from the stored image (on decode), then resizes:
+        a RandomResizedCrop's, or a bucket's (readers/dali/buckets.py)."""
+        return self.geometry.windowed
 
     @property
     def identity(self) -> dict[str, str]:

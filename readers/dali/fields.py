@@ -9,8 +9,8 @@ through as they are:
   batch); with ``fields_length`` (int64, one column per field: its byte count, -1 when unset);
 - ``geometry``: int64 ``(stored height, stored width, top, left, height, width, flip)``: the
   stored size and the window and flip the pipeline applied (``BatchFeed.plan``: a
-  ``RandomResizedCrop`` window in stored pixels; on the centre path the window follows from the
-  stored size, as on the batch path).
+  ``RandomResizedCrop`` window or a bucket's cover window, in stored pixels; on the centre path
+  the window follows from the stored size, as on the batch path).
 
 A field's bytes (never pickle): number lists and boxes as their little-endian int64 / float32
 array (``readers.fields.typed``'s dtypes), "int" and "float" as their exact decimal text, "str"
@@ -18,9 +18,9 @@ as UTF-8, "json" as canonical JSON. They cost a copy each way, where a JSON roun
 microseconds per sample in this process, the one every DALI batch passes through.
 
 ``DaliFields`` turns a batch of them into the target of every batch path,
-``{"label": labels, name: collated...}``: ``readers.fields.typed``, then
-``readers.record_stream.batch_fields`` (``BatchAssembler.sample_geometries`` and the ``FieldPlan``
-of ``open_iterable``), so boxes, ``pad_fields``, ``min_visibility`` and ``"geometry"`` are those of
+``{"label": labels, name: collated...}``: ``readers.fields.typed``, then the read's
+``Geometry.sample_geometries`` (the one the batch assembler uses) and the ``FieldPlan`` of
+``open_iterable``, so boxes, ``pad_fields``, ``min_visibility`` and ``"geometry"`` are those of
 the ``dataloader`` path, number for number.
 """
 
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from readers.fields import as_tensors, typed
+from readers.geometry import Geometry, Window
 from readers.record import Record
 
 if TYPE_CHECKING:
-    from readers.batch import BatchAssembler
     from readers.sample_fields import FieldPlan
 
 OUTPUTS = ("fields", "fields_length", "geometry")
@@ -107,27 +107,22 @@ def stored_fields(schema: Mapping[str, str], row: bytes, lengths: Sequence[int])
 class DaliFields:
     """The target of a DALI batch with ``fields=``, from its carried outputs; see the module docstring."""
 
-    def __init__(self, plan: FieldPlan, assembler: BatchAssembler, stored: Mapping[str, str]):
+    def __init__(self, plan: FieldPlan, geometry: Geometry, stored: Mapping[str, str]):
         self.plan = plan  # built as open_iterable builds it (readers.record_stream.field_plan)
-        self.assembler = assembler  # its geometry only
-        # the geometry column's window is in stored pixels (a RandomResizedCrop's, or a bucket's)
-        self.windowed = assembler.augment.crop is not None
+        self.geometry = geometry  # the read's one geometry, the feed's
         # The stored fields the feed carries: those the plan hands out (boxes among them).
         self.schema = {n: stored[n] for n in plan.names if n in stored}
 
     def target(self, labels: Any, rows: Any, lengths: Any, geometry: Any) -> dict[str, Any]:
-        from readers.record_stream import batch_fields
-
         data = rows.cpu().numpy().tobytes()
         width = rows.shape[1]
         counts = lengths.cpu().numpy().tolist()
         geo = geometry.cpu().numpy().tolist()
-        # Only the stored size and the fields matter here; the label is the batch's label tensor.
-        records = []
-        for i, (sizes, g) in enumerate(zip(counts, geo)):
-            fields = stored_fields(self.schema, data[i * width : (i + 1) * width], sizes)
-            records.append(Record(b"", -1, g[0], g[1], 0, "raw", fields))
-        params = None
+        rows_of = (data[i * width : (i + 1) * width] for i in range(len(counts)))
+        fields = [stored_fields(self.schema, row, sizes) for row, sizes in zip(rows_of, counts)]
+        geometries = None
         if self.plan.wants_geometry:
-            params = [(tuple(g[2:6]) if self.windowed else None, bool(g[6])) for g in geo]
-        return {"label": labels, **as_tensors(batch_fields(self.plan, self.assembler, records, params))}
+            windowed = self.geometry.windowed
+            params = [(Window(*g[2:6]) if windowed else None, bool(g[6])) for g in geo]
+            geometries = self.geometry.sample_geometries([(g[0], g[1]) for g in geo], params)
+        return {"label": labels, **as_tensors(self.plan.batch(fields, geometries))}

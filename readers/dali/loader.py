@@ -57,27 +57,25 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-from readers.batch import BatchAssembler
 from readers.bucket_plan import check_bucket_state
 from readers.dali.buckets import bucketed
 from readers.dali.fallback import FallbackLoader
-from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed, as_size
+from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
 from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
 from readers.dali.fields import DaliFields
-from readers.errors import CallError, DecodeError, ImgpackError, OptionError
+from readers.dali.watch import named_failure, watched, worker_death
+from readers.epoch_cursor import EpochCursor, dataset_identity
+from readers.errors import CallError, ImgpackError, OptionError
 from readers.formats import open_reader
+from readers.iterable import PackedIterable
 from readers.record_stream import field_plan
-from readers.resume import ResumeError, ResumePoint, advance, check_state, checked_epoch, make_state
+from readers.resume import Pass, ResumeError, ResumePoint
 from readers.spec import ReadSpec
-
-WATCH_INTERVAL = 0.5  # seconds between checks that the py_workers processes are alive
 
 logger = logging.getLogger("imgpack.dali")
 DEVICES = ("auto", "gpu", "cpu", "dataloader")
@@ -145,8 +143,11 @@ def default_device_id() -> int:
 
 
 # -- the loader ---------------------------------------------------------------------------------
-class DaliLoader:
-    """Iterates ``(images, labels)`` batches of one rank (``(images, target)`` with fields=); see above."""
+class DaliLoader(EpochCursor):
+    """Iterates ``(images, labels)`` batches of one rank (``(images, target)`` with fields=); see above.
+
+    Its epochs and resume follow ``open_iterable``'s rules, on the same code
+    (``readers.epoch_cursor.EpochCursor``); it resumes at batch boundaries."""
 
     def __init__(
         self,
@@ -164,6 +165,7 @@ class DaliLoader:
         fields: DaliFields | None = None,
     ):
         self.feed = feed
+        self.order = feed.order
         self.fields = fields  # fields= : the targets of the carried fields (readers/dali/fields.py)
         self.backend = backend  # dali-gpu, dali-cpu or dataloader
         self.mean, self.std = mean, std
@@ -173,53 +175,35 @@ class DaliLoader:
         self.device_id = device_id
         self.prefetch = prefetch
         self.seed = seed
-        self.epoch = 0
-        self._chosen = True  # the next pass reads self.epoch (set_epoch, a loaded state, the first)
+        self.init_epochs()
         self._iterator: Any = None  # DALI iterator, rebuilt when the epoch sequence breaks
-        self._next_epoch = 0  # the epoch the DALI pipeline will produce next
-        self._taken = 0  # batches handed out in the current pass
+        self._pipeline_epoch = 0  # the epoch the DALI pipeline will produce next
 
     def __len__(self) -> int:
-        """Batches this rank reads in the current epoch (what is left of it after a resume)."""
-        return self.feed.batches_in(self.epoch)
+        """Batches this rank reads in the current epoch (what is left of it after a resume); with
+        ``leftover="carry"`` a finished pass's epoch keeps its own length until the next begins."""
+        resume = self._pending_resume()  # pending only for the epoch chosen: self.epoch
+        return self.feed.batches_from(self.epoch, resume.position if resume is not None else 0)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch of the next pass (without it, each pass is the next epoch); after
-        ``load_state_dict`` only the state's own epoch."""
-        epoch = checked_epoch(epoch)
-        if self.feed.resume is not None and self.feed.resume[0] != int(epoch):
-            raise ResumeError(
-                f"set_epoch({int(epoch)}) contradicts the loaded state, which resumes epoch "
-                f"{self.feed.resume[0]}: call set_epoch({self.feed.resume[0]}) (or nothing: the epoch "
-                "advances by itself), or do not load the state to start epoch "
-                f"{int(epoch)} from its beginning"
-            )
-        self.epoch = int(epoch)
-        self._chosen = True
+    # -- resume (the rules of readers.resume, kept by readers.epoch_cursor) ----------------------
+    def identity(self) -> dict[str, Any]:
+        return {**dataset_identity(self.feed.reader.manifest), **self.feed.identity}
 
-    # -- resume (the rules of readers.resume) --------------------------------------------------
+    def where(self) -> str:
+        return str(self.feed.path)
+
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch stands (batches handed out so far), to save with a checkpoint."""
-        order = self.feed.order.at_epoch(self.epoch)
-        start = ResumePoint(self.epoch, self.feed.start(self.epoch))
-        taken = min(self._taken * self.feed.batch_size, order.samples_from(start.position))
-        return make_state(advance(order, start, taken), order, self._identity())
-
-    def _identity(self) -> dict[str, Any]:
-        return {"dataset": self.feed.reader.manifest.sample_identity(), **self.feed.identity}
+        return self._state(self._point_here())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state``: the next iteration yields the rest of that epoch."""
-        check_bucket_state(state, self.feed.identity, str(self.feed.path))
-        point = check_state(state, self.feed.order, False, self._identity(), str(self.feed.path))
+        check_bucket_state(state, self.feed.identity, self.where())
+        point = self._checked_point(state)
         if point.offset:
             raise ResumeError("the DALI loader resumes at batch boundaries; this state is mid-batch")
-        self.epoch = point.epoch
-        self._chosen = True
-        self.feed.resume = (point.epoch, point.position)
-        self.feed._positions = None
+        self._resume_at(point)
         self._iterator = None  # the pipeline is rebuilt for the resumed epoch
-        self._taken = 0
 
     @property
     def reader(self):
@@ -231,34 +215,41 @@ class DaliLoader:
         return list(self.feed.reader.manifest.classes)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, Any]]:
-        if not self._chosen:
-            self.epoch += 1  # a new pass is the next epoch
-        self._chosen = False
-        batches = self._iter_dali()
-        self._taken = 0
-        for batch in batches:
-            self._taken += 1
+        epoch = self.begin_pass()
+        start = self.pass_start(epoch)
+        self._resume = None  # used up by this pass
+        self._pass = current = Pass(epoch, start, 0, 1)
+        self._start_feed(start)
+        remaining = self.order.at_epoch(epoch).samples_from(start.position)  # carry: that epoch's length
+        for batch in self._iter_dali():
+            current.samples = min(current.samples + self.feed.batch_size, remaining)  # padding: not samples
             yield batch
-        if self.feed.resume is not None and self.feed.resume[0] == self.epoch:
-            self.feed.resume = None  # used up: the epoch was finished
+
+    def _start_feed(self, start: ResumePoint) -> None:
+        """The feed starts its epoch at ``start``; a pipeline fed from elsewhere is rebuilt (its
+        workers hold copies of the feed)."""
+        resume = (start.epoch, start.position) if start.position else None
+        if resume != self.feed.resume:
+            self.feed.resume = resume
             self.feed._positions = None
             self._iterator = None
 
     # -- DALI paths ---------------------------------------------------------------------------
     def _iter_dali(self) -> Iterator[tuple[torch.Tensor, Any]]:
-        if self._iterator is None or self._next_epoch != self.epoch:
+        if self._iterator is None or self._pipeline_epoch != self.epoch:
             self._build(self.epoch)
         done = False
         batch = 0
         try:
             try:
-                for out in self._watched(self._iterator):
+                for out in watched(self._iterator, self.py_workers, self.feed.path):
                     yield self._batch(out[0])
                     batch += 1
             except RuntimeError as exc:  # a py_workers process died, or DALI's decoder failed
-                raise (self._worker_death() or self._named_failure(exc, batch)) from None
+                death = worker_death(self._iterator, self.feed.path)
+                raise (death or named_failure(self.feed, self.epoch, exc, batch, self.prefetch)) from None
             done = True
-            self._next_epoch = self.epoch + 1
+            self._pipeline_epoch = self.epoch + 1
         finally:
             if not done:  # abandoned mid-epoch: the pipeline cannot rewind, start afresh next time
                 self._iterator = None
@@ -269,85 +260,6 @@ class DaliLoader:
             return out["images"], out["labels"]
         carried = (out[name] for name in FIELD_OUTPUTS)
         return out["images"], self.fields.target(out["labels"], *carried)
-
-    def _watched(self, iterator: Any) -> Iterator[Any]:
-        """``iterator``'s items; with ``py_workers`` each is fetched on a helper thread while the
-        worker processes are watched, because DALI blocks for ever when one is killed (on a
-        semaphore the dead process held): that becomes an error instead of a hang."""
-        if not self.py_workers:
-            yield from iterator
-            return
-        requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
-        results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-
-        def fetch() -> None:  # a daemon thread: one stuck on a dead worker must not block exit
-            while requests.get():
-                try:
-                    results.put((True, next(iterator)))
-                except BaseException as exc:  # noqa: BLE001 - handed to the consumer, StopIteration too
-                    results.put((False, exc))
-                    return
-
-        threading.Thread(target=fetch, name="imgpack-dali-fetch", daemon=True).start()
-        try:
-            while True:
-                requests.put(True)
-                while True:
-                    try:
-                        ok, value = results.get(timeout=WATCH_INTERVAL)
-                        break
-                    except queue.Empty:
-                        death = self._worker_death()
-                        if death is not None:
-                            raise death from None
-                if not ok:
-                    if isinstance(value, StopIteration):
-                        return
-                    raise value
-                yield value
-        finally:
-            requests.put(False)
-
-    def _worker_death(self) -> ImgpackError | None:
-        """An error naming a DALI py_workers process that has exited, or None. The pool's other
-        processes are killed then: one blocked on a lock the dead one held would otherwise keep
-        this interpreter from exiting (multiprocessing joins its children at exit)."""
-        for pipe in getattr(self._iterator, "_pipes", None) or []:
-            pool = getattr(getattr(pipe, "_py_pool", None), "pool", None)
-            processes = list(getattr(pool, "_processes", None) or [])
-            for process in processes:
-                if process.exitcode is not None:
-                    for other in processes:
-                        if other.exitcode is None:
-                            other.kill()
-                            other.join(5)
-                    return ImgpackError(
-                        f"{self.feed.path}: a DALI py_workers process (pid {process.pid}) exited "
-                        f"with code {process.exitcode} (killed?); this loader's pipeline cannot go "
-                        "on: build a new dali_loader (and resume from its state_dict), or pass py_workers=0"
-                    )
-        return None
-
-    def _named_failure(self, exc: RuntimeError, batch: int) -> ImgpackError:
-        """A DecodeError naming the sample that failed in DALI's pipeline, found by decoding batch
-        ``batch`` and the ones DALI may have prefetched past it with imgpack's own decoder."""
-        from readers.decode import decode_array, naming_decode_errors
-
-        feed = self.feed
-        for i in range(batch, min(batch + self.prefetch + 2, feed.batches_in(self.epoch))):
-            records = feed.records(self.epoch, i)
-            decoded = (decode_array(r) for r in records)
-            try:
-                indices = feed.batch_indices(self.epoch, i)
-                for _ in naming_decode_errors(decoded, feed.reader, indices, records):
-                    pass
-            except DecodeError as named:
-                return DecodeError(f"{named}; found after DALI's pipeline failed")
-        cause = next((line.strip() for line in str(exc).splitlines() if "failure" in line), str(exc)[:200])
-        return DecodeError(
-            f"{feed.path}: DALI's pipeline failed at batch {batch} of epoch {self.epoch} ({cause}); "
-            f"run `pack verify {feed.path}`, or read with device=\"dataloader\""
-        )
 
     def _build(self, epoch: int) -> None:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
@@ -370,7 +282,15 @@ class DaliLoader:
         )
         names = ["images", "labels", *(FIELD_OUTPUTS if self.fields is not None else ())]
         self._iterator = DALIGenericIterator(pipe, names, auto_reset=True, prepare_first_batch=False)
-        self._next_epoch = epoch
+        self._pipeline_epoch = epoch
+
+
+def check_channels(manifest: Any, mean: Sequence[float] | None, std: Sequence[float] | None) -> None:
+    """``mean``/``std``: one value per channel of the stored images."""
+    channels = 1 if manifest.preprocess.get("mode") == "L" else 3
+    for name, values in (("mean", mean), ("std", std)):
+        if values is not None and len(values) != channels:
+            raise OptionError(f"{name} needs {channels} value(s), one per channel, got {len(values)}")
 
 
 def dali_loader(
@@ -415,23 +335,19 @@ def dali_loader(
         _notice(chosen, f"NVIDIA DALI is not installed; {INSTALL_HINT} for GPU decoding", logging.WARNING)
     else:
         _notice(chosen, f"device={device!r}")
-    reader = open_reader(path, **spec.open_options)
-    spec.check_stored(str(path), reader.manifest.stored_sizes)
-    channels = 1 if reader.manifest.preprocess.get("mode") == "L" else 3
-    for name, values in (("mean", mean), ("std", std)):
-        if values is not None and len(values) != channels:
-            raise OptionError(f"{name} needs {channels} value(s), one per channel, got {len(values)}")
     cpus = os.cpu_count() or 1
-    if chosen == "dataloader":
+    if chosen == "dataloader":  # open_iterable's stream, its geometry made (and checked) there
         workers = min(4, cpus) if num_workers is None else num_workers
-        return FallbackLoader.open(
-            path, spec, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available()
-        )
+        stream = PackedIterable(path, spec=spec)
+        check_channels(stream.reader.manifest, mean, std)
+        return FallbackLoader(stream, mean=mean, std=std, num_workers=workers, pin_memory=gpu_available())
+    reader = open_reader(path, **spec.open_options)
+    geometry = spec.geometry([(str(path), reader.manifest.stored_sizes)])  # the feed's and the fields'
+    check_channels(reader.manifest, mean, std)
     assert spec.batch_size is not None
     fields = None
     plan = field_plan(spec, [reader.manifest.fields], str(path))
     if plan is not None:
-        geometry = BatchAssembler(crop=spec.crop, resize=spec.resize, flip=spec.flip, seed=spec.seed)
         fields = DaliFields(plan, geometry, reader.manifest.fields)
     last_batch = "drop" if spec.drop_last else ("pad" if spec.pad_last else "partial")
     order = spec.order_of(len(reader), unit=spec.batch_size)
@@ -440,15 +356,13 @@ def dali_loader(
         order,
         spec.batch_size,
         last_batch,
-        as_size(spec.resize, "resize"),
-        as_size(spec.crop, "crop"),
-        flip=float(spec.flip),
         reader_options=spec.open_options,
         fields=fields.schema if fields is not None else None,
+        geometry=geometry,
     )
     feed._reader = reader  # this process's reader (workers open their own)
     if spec.buckets is not None:  # one bucket per batch, each sample resized to it in DALI
-        feed, fields = bucketed(feed, spec, plan)
+        feed = bucketed(feed, spec)  # the fields follow the same geometry
     if chosen == "dali-gpu" and device_id is None:
         device_id = default_device_id()
     return DaliLoader(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-import readers.batch
+import readers.batch_slot
 from readers import RandomResizedCrop
 from readers.batch import BatchAssembler
 from readers.formats import open_reader
@@ -32,7 +32,7 @@ SCALES = (0.08, 0.3, 1.0)
 
 def images_per_second(assembler: BatchAssembler, records, params, out: np.ndarray, windowed: bool):
     """(images per wall second, images per CPU second of this process) for one pass."""
-    readers.batch.decode_window = decode_window if windowed else (lambda *args, **kwargs: None)  # type: ignore[attr-defined]
+    readers.batch_slot.decode_window = decode_window if windowed else (lambda *args, **kwargs: None)
     start, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(records), len(out)):
         chunk = records[i : i + len(out)]
@@ -72,7 +72,7 @@ def measure(path: str, count: int, rounds: int, fast_dct: bool) -> dict:
         print(f"{path}  scale {scale:<5} window {window:7,.0f} img/s ({window_cpu:7,.0f}/CPU s)  "
               f"whole {whole:7,.0f} img/s ({whole_cpu:7,.0f}/CPU s)  {window / whole:.2f}x "
               f"({window_cpu / whole_cpu:.2f}x per CPU s)", flush=True)  # fmt: skip
-    readers.batch.decode_window = decode_window  # type: ignore[attr-defined]
+    readers.batch_slot.decode_window = decode_window
     return result
 
 
