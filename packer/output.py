@@ -42,7 +42,8 @@ except ImportError:  # Windows: no flock, packs are not serialised
 
 STAGING_SUFFIX = ".imgpack-new"
 WRITE_TEST = ".imgpack-write-test"
-STAGING_FOLDERS = (".staging", ".ray-staging")  # parts in the making (BMP parts, Ray runs)
+RAY_STAGING = ".ray-staging"  # below it, the parts Ray tasks are writing (packer/ray_engine.py)
+STAGING_FOLDERS = (".staging", RAY_STAGING)  # parts in the making (BMP parts, Ray runs)
 # An atomic write in progress (readers.manifest.write_atomic, the BMP index): ``.<name>[.<pid>].tmp``.
 TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(\d+\.)?tmp")
 SEALED = (MANIFEST_NAME, PROGRESS_NAME.lstrip("."))  # imgpack's own files that are written atomically
@@ -284,7 +285,9 @@ def clear_ours(folder: Path, action: str) -> None:
 
 
 def remove_temporaries(folder: Path) -> None:
-    """Drop temp files a killed pack left (atomic writes that never reached their rename)."""
+    """Drop temp files a killed pack left (atomic writes that never reached their rename) and the
+    parts a dead Ray run was writing (a finished part was moved out of its staging folder)."""
+    shutil.rmtree(folder / RAY_STAGING, ignore_errors=True)
     with os.scandir(folder) as entries:
         for entry in list(entries):
             if TEMPORARY.fullmatch(entry.name) and owned_file(entry.name) and entry.is_file():

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from packer.dedup import applied, skips_of
 from packer.lifetime import process_alive
+from packer.output import RAY_STAGING as STAGING
 from packer.pack_order import ordered_items
 from packer.parts import BLOCK, part_from_dict, part_to_dict, preprocess_chunk, write_part
 from packer.ray_carry import Carried, Keeper, carried_or_preprocessed, overlapping, settle
@@ -39,7 +40,6 @@ from readers.formats.writer_base import FormatWriter
 if TYPE_CHECKING:
     from packer.job import PackJob, PartsRun
 
-STAGING = ".ray-staging"
 WATCH_EVERY = 8  # samples between checks that the driver still lives
 
 
@@ -164,10 +164,10 @@ def _run_tasks(job: PackJob, run: PartsRun) -> None:
     staged = writer if remote else _staged_writer(writer)
     driver = (socket.gethostname(), os.getpid())
     carried: Carried = run.carry.setdefault("results", {})
+    pending: dict[Any, Any] = {}
     try:
         task = ray.remote(num_returns=2)(_pack_part)
         common = (job.spec, job.pack.on_error, driver, sink, job.pack.storage_options)
-        pending = {}
         if job.dedup and "dedup" not in run.carry:  # once a pack: every re-cut round reuses it
             run.carry["dedup"] = dedup_skips(job)
         skips = run.carry.get("dedup", {})
@@ -195,7 +195,18 @@ def _run_tasks(job: PackJob, run: PartsRun) -> None:
             run.save()
             run.progress.update(n)
     finally:
+        _stop(pending)  # an interrupted run: no task may write after its staging folder goes
         shutil.rmtree(writer.out / STAGING, ignore_errors=True)
+
+
+def _stop(pending: dict[Any, Any]) -> None:
+    """Kill the tasks still running and wait (30 s at most) until they are gone."""
+    import ray
+
+    for ref in pending:
+        ray.cancel(ref, force=True)
+    if pending:
+        ray.wait(list(pending), num_returns=len(pending), timeout=30)
 
 
 def _hash_chunk(chunk: list, spec: PreprocessSpec, storage_options: dict[str, Any] | None) -> list:

@@ -135,6 +135,33 @@ def test_an_interrupted_ray_pack_resumes_to_the_uninterrupted_bytes(ray_cluster,
         assert digest_tree(out) == digest_tree(tmp_path / "whole"), engine
 
 
+def test_a_resume_drops_the_parts_a_dead_ray_run_left_staged(src, tmp_path, monkeypatch):
+    """A Ray task still writing when its driver died leaves files below .ray-staging; a resume
+    (here by the local engine) removes them, so the output is the uninterrupted pack's, file for file."""
+    fmt, options = NUMBERED_AND_NOT[0], {"samples_per_shard": PER_SHARD}
+    pack_folder(src, tmp_path / "whole", fmt, SPEC, workers=1, options=options)
+    out = tmp_path / "resumed"
+    from packer import local_engine
+
+    real, written = local_engine.write_part, []
+
+    def stop_after_three(*args, **kwargs):
+        if len(written) == 3:
+            raise KeyboardInterrupt
+        written.append(real(*args, **kwargs))
+        return written[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(local_engine, "write_part", stop_after_three)
+        with pytest.raises(KeyboardInterrupt):
+            pack_folder(src, out, fmt, SPEC, workers=1, options=options)
+    late = out / ".ray-staging" / "0123abcd"
+    late.mkdir(parents=True)
+    (late / "part-000005-00000.tar").write_bytes(b"a late task's part")
+    pack_folder(src, out, fmt, SPEC, workers=2, options=options, resume=True)
+    assert digest_tree(out) == digest_tree(tmp_path / "whole")
+
+
 @pytest.mark.parametrize("fmt", NUMBERED_AND_NOT)
 def test_kill_9_mid_pack_then_resume_gives_the_uninterrupted_pack(src, tmp_path, fmt):
     args = ("--to", fmt, "--samples-per-shard", PER_SHARD, "--workers", "2", "-q", *SLOW_PACK)
