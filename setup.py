@@ -1,7 +1,7 @@
 """The optional C extension readers._jpegwindow (decode only a crop window of a JPEG).
 
 Everything else is in pyproject.toml. ``optional=True``: without a C compiler the install still
-succeeds and readers.jpegwindow falls back to decoding the whole image (see its docstring).
+succeeds and readers.image.jpegwindow falls back to decoding the whole image (see its docstring).
 """
 
 import sys

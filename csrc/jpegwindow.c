@@ -1,7 +1,7 @@
 /* Decode only a window of a JPEG: libjpeg-turbo's jpeg_crop_scanline + jpeg_skip_scanlines.
  *
  * The library is not linked: load(path) dlopens a libjpeg-turbo that is already on the machine
- * (Pillow's wheel bundles one, see readers/jpegwindow.py) and looks up the few entry points used
+ * (Pillow's wheel bundles one, see readers/image/jpegwindow.py) and looks up the few entry points used
  * here, so building needs only a C compiler and the vendored headers in csrc/libjpeg-turbo (the
  * libjpeg 6.2 ABI, which libjpeg-turbo keeps across releases). jpeg_CreateDecompress checks the
  * library's ABI version and struct size against these headers, so a mismatched library fails

@@ -1,4 +1,4 @@
-"""The ``pack`` command line: a thin layer over packer.engine, packer.verify and the readers."""
+"""The ``pack`` command line: a thin layer over packer.engine.engine, packer.info.verify and the readers."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from packer.cli_options import emit_json, storage_options_option
-from packer.pack_cli import fail_on_a_bad_row, named_by, pack_params, spec_keywords
-from packer.source_kind import Source
-from packer.source_registry import registered_sources
+from packer.commands.cli_options import emit_json, storage_options_option
+from packer.commands.pack_cli import fail_on_a_bad_row, named_by, pack_params, spec_keywords
+from packer.scan.source_kind import Source
+from packer.scan.source_registry import registered_sources
 from packer.spec import PackSpec
 from readers.errors import ImgpackError
 from readers.formats.pack_option import parse_size
@@ -37,7 +37,7 @@ BUG_NOTICE = (
 class ImgpackGroup(click.Group):
     """User errors (``ImgpackError``, click's usage errors) become one line on stderr and exit code 1
     (2 for usage); anything else is a bug and keeps its traceback. ``--debug``: tracebacks always.
-    Every registered source (packer/source_registry.py) is a command, made when it is asked for,
+    Every registered source (packer/scan/source_registry.py) is a command, made when it is asked for,
     so a source registered after this module was imported is one too."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -70,14 +70,14 @@ class ImgpackGroup(click.Group):
 
 def source_command(source: Source) -> click.Command:
     """The ``pack NAME`` command of ``source``: its own parameters, then every pack option
-    (packer/pack_cli.py), made into one ``PackSpec`` before the source is scanned."""
+    (packer/commands/pack_cli.py), made into one ``PackSpec`` before the source is scanned."""
     own = [p.name for p in source.params]
 
     def run(**given: Any) -> None:
         import signal
 
-        from packer import engine
-        from packer.append_cli import run_append
+        from packer.commands.append_cli import run_append
+        from packer.engine import engine
 
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
         mine = {k: given.pop(k) for k in own}
@@ -167,10 +167,10 @@ def describe_skips(skipped: list[dict[str, str]], top: int = 10) -> list[str]:
 def info(dataset: str, as_json: bool, buckets: str | None, batch_size: int, world_size: int, leftover: str,
          storage_options: dict[str, Any]) -> None:  # fmt: skip
     """Describe the packed DATASET (a directory or URL)."""
-    from packer.bucket_info import bucket_plan, describe_plan
-    from packer.order_info import read_quality
-    from readers.manifest import read_manifest
-    from readers.remote import is_url
+    from packer.info.bucket_info import bucket_plan, describe_plan
+    from packer.info.order_info import read_quality
+    from readers.remote.remote import is_url
+    from readers.store.manifest import read_manifest
 
     manifest = read_manifest(dataset, storage_options or None)
     problem = None if is_url(dataset) else parts_problem(dataset)
@@ -207,9 +207,9 @@ def parts_problem(dataset: str) -> str | None:
 
 
 def describe_manifest(dataset: str, manifest: Any, quality: Any = None) -> str:
-    from packer.append import describe_versions
-    from packer.order_info import describe_order
-    from packer.views import describe_view
+    from packer.edit.append import describe_versions
+    from packer.edit.views import describe_view
+    from packer.info.order_info import describe_order
 
     total = sum(s.bytes for s in manifest.shards)
     pre = ", ".join(f"{k}={v}" for k, v in manifest.preprocess.items() if v not in (None, False))
@@ -256,7 +256,7 @@ def describe_fields(schema: dict[str, str], counts: dict[str, int], total: int) 
 @click.option("--json", "as_json", is_flag=True)
 def verify(dataset, no_decode, workers, storage_options, cache_dir, quiet, as_json) -> None:
     """Check shard checksums and that every image in DATASET (a directory or URL) decodes."""
-    from packer.verify import default_workers, verify_dataset
+    from packer.info.verify import default_workers, verify_dataset
 
     report = verify_dataset(
         dataset,
@@ -282,7 +282,7 @@ def verify(dataset, no_decode, workers, storage_options, cache_dir, quiet, as_js
 def reindex(dataset: str) -> None:
     """Rebuild the shard index files (.idx) of DATASET from its shards (formats that keep one),
     and a lost or damaged label file (labels.i64)."""
-    from packer.reindex import reindex as rebuild
+    from packer.info.reindex import reindex as rebuild
 
     written = rebuild(dataset)
     click.echo(f"{dataset}: wrote {len(written)} index file(s)")
@@ -296,12 +296,12 @@ def _register_optional_commands() -> None:
 
     for module_name, attr in (
         ("packer.bench.cli", "bench"),
-        ("packer.show_cli", "show"),
-        ("packer.doctor", "doctor"),
-        ("packer.views_cli", "view_command"),
-        ("packer.views_cli", "split_command"),
-        ("packer.dups_cli", "dups"),
-        ("packer.dups_cli", "overlap"),
+        ("packer.info.show_cli", "show"),
+        ("packer.info.doctor", "doctor"),
+        ("packer.edit.views_cli", "view_command"),
+        ("packer.edit.views_cli", "split_command"),
+        ("packer.dedup.dups_cli", "dups"),
+        ("packer.dedup.dups_cli", "overlap"),
     ):
         try:
             module = importlib.import_module(module_name)

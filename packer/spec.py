@@ -5,7 +5,7 @@ construction: the format is registered, the engine known, the format's own optio
 ``compression``, ...) are ones it declares (readers/formats/pack_option.py) and parse as their
 type, the order, error policy and dedup settings make sense together. A mistake is an
 ``OptionError`` naming the option, raised before the output is created or locked: the engine
-(packer/engine.py) takes a spec and no longer re-checks what it was asked. The read side's twin is
+(packer/engine/engine.py) takes a spec and no longer re-checks what it was asked. The read side's twin is
 readers/spec.py's ``ReadSpec``.
 """
 
@@ -16,18 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packer.dedup import dedup_record
-from packer.pack_order import order_record
-from packer.source import SourceScan
+from packer.dedup.dedup import dedup_record
+from packer.output.pack_order import order_record
+from packer.sources.source import SourceScan
 from readers.errors import OptionError
 from readers.formats.format import Format
 from readers.formats.pack_option import option_flag
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import format_named, formats_taking, registered
-from readers.order import PACK_ORDERS
-from readers.remote import is_url
+from readers.order.order import PACK_ORDERS
+from readers.remote.remote import is_url
 
-ENGINES = ("local", "ray")  # local: a process pool (packer/local_engine.py); ray: packer/ray_engine.py
+# local: a process pool (packer/engine/local_engine.py); ray: packer/engine/ray_engine.py
+ENGINES = ("local", "ray")
 ON_ERRORS = ("skip", "fail")
 Source = str | os.PathLike | SourceScan
 
@@ -53,7 +54,7 @@ class PackSpec:
     resume: bool = False  # finish an interrupted pack into the same output
     quiet: bool = True  # no progress bar
     storage_options: dict[str, Any] | None = None  # fsspec options of URL sources and outputs
-    dedup: str | None = None  # "exact" or "near" (packer/dedup.py)
+    dedup: str | None = None  # "exact" or "near" (packer/dedup/dedup.py)
     near_distance: int | None = None
 
     def __post_init__(self) -> None:
@@ -101,7 +102,7 @@ class PackSpec:
 
     @property
     def order_record(self) -> dict[str, Any]:
-        """What the manifest records about the order (packer/pack_order.py)."""
+        """What the manifest records about the order (packer/output/pack_order.py)."""
         return order_record(self.order, self.seed)
 
     @property

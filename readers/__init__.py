@@ -3,7 +3,7 @@
     from readers import open_dataset, open_iterable, seed_everything, seed_worker, make_generator
 
 Attributes are imported on first use, so ``import readers`` stays light (the packer imports
-``readers.manifest`` without pulling in torch).
+``readers.store.manifest`` without pulling in torch).
 """
 
 from __future__ import annotations
@@ -12,37 +12,37 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "open_dataset": "readers.dataset",
-    "PackedDataset": "readers.dataset",
-    "DeterministicSampler": "readers.dataset",
-    "open_iterable": "readers.iterable",
-    "RandomResizedCrop": "readers.geometry",
-    "AspectBuckets": "readers.buckets",
-    "BucketList": "readers.buckets",
-    "TokenBudget": "readers.token_budget",
-    "PackedIterable": "readers.iterable",
+    "open_dataset": "readers.datasets.dataset",
+    "PackedDataset": "readers.datasets.dataset",
+    "DeterministicSampler": "readers.datasets.dataset",
+    "open_iterable": "readers.datasets.iterable",
+    "RandomResizedCrop": "readers.image.geometry",
+    "AspectBuckets": "readers.bucketing.buckets",
+    "BucketList": "readers.bucketing.buckets",
+    "TokenBudget": "readers.bucketing.token_budget",
+    "PackedIterable": "readers.datasets.iterable",
     "ReadSpec": "readers.spec",
     "OptionError": "readers.errors",
-    "seed_everything": "readers.seeding",
-    "seed_worker": "readers.seeding",
-    "make_generator": "readers.seeding",
-    "CudaPrefetcher": "readers.prefetch",
-    "read_manifest": "readers.manifest",
-    "Manifest": "readers.manifest",
+    "seed_everything": "readers.order.seeding",
+    "seed_worker": "readers.order.seeding",
+    "make_generator": "readers.order.seeding",
+    "CudaPrefetcher": "readers.batch.prefetch",
+    "read_manifest": "readers.store.manifest",
+    "Manifest": "readers.store.manifest",
     "ImgpackError": "readers.errors",
     "ManifestError": "readers.errors",
     "ChecksumError": "readers.errors",
     "DatasetReplacedError": "readers.errors",
     "open_reader": "readers.formats",
     "dali_loader": "readers.dali",
-    "make_loader": "readers.loader",
-    "PackedLoader": "readers.loader",
-    "ResumeError": "readers.resume",
-    "mix": "readers.mix",
-    "MixedIterable": "readers.mix",
-    "source_paths": "readers.sample_sources",
-    "source_index": "readers.sample_sources",
-    "shuffle_quality": "readers.quality",
+    "make_loader": "readers.datasets.loader",
+    "PackedLoader": "readers.datasets.loader",
+    "ResumeError": "readers.order.resume",
+    "mix": "readers.datasets.mix",
+    "MixedIterable": "readers.datasets.mix",
+    "source_paths": "readers.store.sample_sources",
+    "source_index": "readers.store.sample_sources",
+    "shuffle_quality": "readers.order.quality",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,4 +1,4 @@
-# Typed stub of the optional C extension built from csrc/jpegwindow.c (see readers/jpegwindow.py).
+# Typed stub of the optional C extension built from csrc/jpegwindow.c (see readers/image/jpegwindow.py).
 from typing_extensions import Buffer
 
 def load(path: str, /) -> bool:

@@ -5,7 +5,7 @@ has one name, one default and one check on every path, and a mistake is an ``Opt
 when the entry point is called, with the same message on every path. What a spec can only check
 against the data (a crop larger than the smallest stored image, whole batches of images that keep
 different sizes) is checked by ``geometry``, which each entry point calls once with the stored sizes
-of the datasets it opens: the ``readers.geometry.Geometry`` it returns is the read's one geometry.
+of the datasets it opens: the ``readers.image.geometry.Geometry`` it returns is the read's one geometry.
 
 ``ENTRY_POINTS`` says which entry points take each option: the table of reading options in docs/reading.md
 is tested against it.
@@ -20,15 +20,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from readers.bucket_geometry import bucket_geometry
-from readers.buckets import checked_buckets
-from readers.decode import check_decode_kind
+from readers.bucketing.bucket_geometry import bucket_geometry
+from readers.bucketing.buckets import checked_buckets
 from readers.errors import CallError, OptionError
-from readers.geometry import Geometry, RandomResizedCrop, as_pair, flip_probability
-from readers.order import OrderSpec, resolve_rank
-from readers.readahead import resolve_budget
-from readers.remote_parts import merge_remote_options
-from readers.targets import check_target
+from readers.fields.targets import check_target
+from readers.image.decode import check_decode_kind
+from readers.image.geometry import Geometry, RandomResizedCrop, as_pair, flip_probability
+from readers.order.order import OrderSpec, resolve_rank
+from readers.remote.readahead import resolve_budget
+from readers.remote.remote_parts import merge_remote_options
 
 LAYOUTS = ("CHW", "HWC")
 Size = int | tuple[int, int] | None
@@ -73,15 +73,16 @@ class ReadSpec:
     dct_scaling: bool = _option(True, ITERABLES)
     verify: bool = _option(False, OPENING)
     cache: str | None = _option(None, ("open_dataset",))  # "ram": decoded-once bytes kept in memory
-    # Per-sample fields to return (readers/fields.py): the target becomes {"label": ..., name: ...}.
+    # Per-sample fields to return (readers/fields/fields.py): the target becomes {"label": ..., name: ...}.
     fields: tuple[str, ...] | None = _option(None, OPENING)
     # mix only: one list of field names per dataset (paths order); the target also says "dataset".
     fields_per_dataset: tuple[tuple[str, ...], ...] | None = _option(None, ("mix",))
     pad_fields: bool = _option(False)  # variable-length fields of a batch as one padded tensor + counts
     min_visibility: float = _option(0.0)  # a box keeping less of its area after a crop is dropped
-    # Batches at the images' own aspect ratios (readers/buckets.py, readers/bucket_order.py).
+    # Batches at the images' own aspect ratios (readers/bucketing/buckets.py,
+    # readers/bucketing/bucket_order.py).
     buckets: Any = _option(None, ("open_iterable", "mix", "dali_loader"))  # in DALI: readers/dali/buckets.py
-    # "torchvision": (image, {"boxes": XYXY, "labels", ...}) samples, list batches (readers/targets.py)
+    # "torchvision": (image, {"boxes": XYXY, "labels", ...}) samples, list batches (readers/fields/targets.py)
     target: str | None = _option(None, PER_SAMPLE)
     label_offset: int = _option(1, PER_SAMPLE)  # labels = class index + label_offset (0: background)
     masks: bool = _option(False, PER_SAMPLE)  # with target=: COCO segmentations as (N, H, W) masks
@@ -89,7 +90,7 @@ class ReadSpec:
     storage_options: dict[str, Any] | None = _option(None, OPENING)
     cache_dir: str | os.PathLike | None = _option(None, OPENING)
     cache_size: int | None = _option(None, OPENING)
-    # Bytes hinted ahead of the reads per process (readers/readahead.py): None = the environment's
+    # Bytes hinted ahead of the reads per process (readers/remote/readahead.py): None = the environment's
     # IMGPACK_READAHEAD_BYTES or 16 MiB; 0 = off. Never changes what is read.
     readahead: int | str | None = _option(None, ITERABLES)
 
@@ -266,9 +267,9 @@ class ReadSpec:
             )
 
     def geometry(self, stored: Sequence[tuple[str, dict[str, int] | None]] = ()) -> Geometry:
-        """The one ``readers.geometry.Geometry`` of a read of datasets with these ``stored`` sizes
+        """The one ``readers.image.geometry.Geometry`` of a read of datasets with these ``stored`` sizes
         ((where, manifest.stored_sizes) each), after ``check_stored`` on each: the crop is
-        fit-checked there, once. A bucketed read's is a ``readers.bucket_geometry.BucketGeometry``
+        fit-checked there, once. A bucketed read's is a ``readers.bucketing.bucket_geometry.BucketGeometry``
         (a token budget's a ``TokenGeometry``)."""
         for where, sizes in stored:
             self.check_stored(where, sizes)

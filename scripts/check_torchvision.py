@@ -175,7 +175,7 @@ def main() -> int:
     import torch
     import torchvision
 
-    from readers.targets import tv_tensors
+    from readers.fields.targets import tv_tensors
 
     torch.manual_seed(0)
     torch.set_num_threads(max(1, args.threads))

@@ -64,7 +64,7 @@ _PACKED: dict[tuple, Path] = {}
 @pytest.fixture(scope="session")
 def packed(tmp_path_factory):
     """packed(fmt, **spec) -> path of sample_data packed that way (cached for the session)."""
-    from packer.engine import pack_folder
+    from packer.engine.engine import pack_folder
     from readers.formats.packed_sample import PreprocessSpec
 
     def make(fmt: str = "lmdb", src: Path = SAMPLE_DATA, options: dict | None = None, **spec) -> Path:
@@ -81,7 +81,7 @@ def packed(tmp_path_factory):
 def packed_items(root: Path, src: Path = SAMPLE_DATA) -> list:
     """The source's items in the order the dataset at ``root`` stores them (packs shuffle the
     source), each ``index`` being its dataset index."""
-    from packer.source import SourceItem, scan_folder
+    from packer.sources.source import SourceItem, scan_folder
     from readers import source_paths
 
     by_rel = {item.rel: item for item in scan_folder(src).items}
@@ -90,7 +90,7 @@ def packed_items(root: Path, src: Path = SAMPLE_DATA) -> list:
 
 def reference_pixels(path: str, spec) -> np.ndarray:
     """The preprocessed image before encoding, straight from Pillow (what lossless formats store)."""
-    from packer.preprocess import preprocess_image
+    from packer.transform.preprocess import preprocess_image
 
     raw = open(path, "rb").read()
     with Image.open(io.BytesIO(raw)) as img:

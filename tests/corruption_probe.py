@@ -16,7 +16,7 @@ import traceback
 
 
 def probe(root: str) -> dict:
-    from packer.verify import verify_dataset
+    from packer.info.verify import verify_dataset
     from readers.errors import ImgpackError
     from readers.formats import open_reader
 

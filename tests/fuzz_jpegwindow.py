@@ -66,7 +66,7 @@ def register_coverage(so: Path) -> None:
 
 def write_seeds(work: Path) -> None:
     """The seed corpus: tests/jpeg_corpus.py's files and the arithmetic and 12-bit variants."""
-    from readers import jpegwindow  # the normal build, in this (parent) process only
+    from readers.image import jpegwindow  # the normal build, in this (parent) process only
 
     corpus = work / "corpus"
     corpus.mkdir(parents=True, exist_ok=True)

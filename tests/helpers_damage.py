@@ -6,10 +6,10 @@ import json
 import shutil
 from pathlib import Path
 
-from packer.verify import verify_dataset
+from packer.info.verify import verify_dataset
 from readers import open_dataset
-from readers.checksums import file_sha256
-from readers.manifest import SEAL_FIELD, seal_of
+from readers.store.checksums import file_sha256
+from readers.store.manifest import SEAL_FIELD, seal_of
 from tests.conftest import run_cli
 
 

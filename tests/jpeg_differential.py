@@ -7,13 +7,13 @@ fit the buffer or the header, or pixels that differ from the reference. Referenc
   cropped: exact, at every DCT scale and with either IDCT;
 - Pillow's whole decode, cropped, where Pillow decodes the file without an error in the same
   colour space at full size with the accurate IDCT: exact (Pillow's libjpeg-turbo is the library
-  the extension dlopens, readers/jpegwindow.py).
+  the extension dlopens, readers/image/jpegwindow.py).
 A refusal (None) is always allowed: the readers then decode the image whole with their general
 decoders, which report damage.
 
 ``build_extension`` compiles csrc/ into a directory with extra flags (AddressSanitizer + UBSan
 for tests/test_decoder_sanitized.py, coverage for tests/fuzz_jpegwindow.py), and
-``install_extension`` makes ``readers.jpegwindow`` load that build (with the same library search
+``install_extension`` makes ``readers.image.jpegwindow`` load that build (with the same library search
 as always). Run as ``python -m tests.jpeg_differential SO CORPUS FINDINGS`` it replays every file
 of CORPUS through that build (the sanitizer test's child process).
 """
@@ -61,15 +61,17 @@ def build_extension(dest: Path, cflags: list[str], objects: Sequence[Path] = ())
 
 
 def install_extension(so: Path) -> Any:
-    """Import ``so`` as readers._jpegwindow (before readers.jpegwindow is imported) and return
-    readers.jpegwindow, whose DECODER is then that build with the library it always loads."""
-    assert "readers.jpegwindow" not in sys.modules, "install the build before importing readers.jpegwindow"
+    """Import ``so`` as readers._jpegwindow (before readers.image.jpegwindow is imported) and return
+    readers.image.jpegwindow, whose DECODER is then that build with the library it always loads."""
+    assert "readers.image.jpegwindow" not in sys.modules, (
+        "install the build before importing readers.image.jpegwindow"
+    )
     spec = importlib.util.spec_from_file_location("readers._jpegwindow", so)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules["readers._jpegwindow"] = module
-    from readers import jpegwindow
+    from readers.image import jpegwindow
 
     assert jpegwindow._jpegwindow is module
     return jpegwindow

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from readers.checksums import file_sha256
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
 from readers.formats.format import Format
 from readers.formats.packed_sample import PackedSample
 from readers.formats.writer_base import FormatWriter, PartWriter
-from readers.manifest import Shard
-from readers.record import ENCODING_CODES, ENCODING_NAMES, Record
+from readers.store.checksums import file_sha256
+from readers.store.manifest import Shard
+from readers.store.record import ENCODING_CODES, ENCODING_NAMES, Record
 
 PLUGIN = "tests.npyformat:FORMAT"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from packer.rows import Row, scan_rows
-from packer.source import SourceScan
-from packer.source_kind import Source
+from packer.scan.rows import Row, scan_rows
+from packer.scan.source_kind import Source
+from packer.sources.source import SourceScan
 
 PLUGIN = "tests.pairsource:SOURCE"
 

@@ -1,4 +1,4 @@
-"""``--append``: a dataset grows by new parts (packer/append.py), for every registered format.
+"""``--append``: a dataset grows by new parts (packer/edit/append.py), for every registered format.
 
 The order differs from a fresh pack of the union: a fresh pack shuffles all samples together,
 an append keeps the old samples at their indices and shuffles only the new ones after them."""
@@ -15,21 +15,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer.append import append_to, versioned
-from packer.append_place import STAGING, RemotePlace
-from packer.engine import pack_folder
-from packer.imagelist import scan_list
-from packer.output import PROGRESS_NAME
-from packer.source import scan_folder
+from packer.edit.append import append_to, versioned
+from packer.edit.append_place import STAGING, RemotePlace
+from packer.engine.engine import pack_folder
+from packer.output.output import PROGRESS_NAME
+from packer.sources.imagelist import scan_list
+from packer.sources.source import scan_folder
 from readers import ResumeError, open_iterable, source_paths
 from readers.errors import OptionError
 from readers.formats import open_reader
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import format_named, format_names, formats_storing_fields
 from readers.formats.tar.reader import sample_key, split_member
-from readers.manifest import MANIFEST_NAME, read_manifest
-from readers.sample_hashes import hashes_of
-from readers.sample_sources import SOURCE_PATHS_NAME
+from readers.store.manifest import MANIFEST_NAME, read_manifest
+from readers.store.sample_hashes import hashes_of
+from readers.store.sample_sources import SOURCE_PATHS_NAME
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import numbered_and_not
 from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_for
@@ -313,7 +313,7 @@ def test_appending_files_of_the_same_names_keeps_both(fmt, sources, tmp_path):
 
 
 def test_an_append_killed_after_its_manifest_resumes_to_the_same_version(sources, tmp_path, monkeypatch):
-    import packer.append
+    import packer.edit.append
 
     ds = tmp_path / "ds"
     pack_folder(sources["old"], ds, "lmdb", SPEC, workers=1)
@@ -321,7 +321,7 @@ def test_an_append_killed_after_its_manifest_resumes_to_the_same_version(sources
     def killed(path: Path) -> None:
         raise KeyboardInterrupt  # the moment between the manifest and the staging folder's removal
 
-    monkeypatch.setattr(packer.append.shutil, "rmtree", killed)
+    monkeypatch.setattr(packer.edit.append.shutil, "rmtree", killed)
     with pytest.raises(KeyboardInterrupt):
         append_to(ds, scan_folder(sources["new"]), workers=1)
     monkeypatch.undo()
@@ -332,7 +332,7 @@ def test_an_append_killed_after_its_manifest_resumes_to_the_same_version(sources
 
 
 def test_views_and_splits_of_a_dataset_read_on_across_its_append(sources, tmp_path):
-    from packer.views import split_views, write_view
+    from packer.edit.views import split_views, write_view
 
     ds = tmp_path / "ds"
     pack_folder(sources["old"], ds, "tar", SPEC, workers=1)

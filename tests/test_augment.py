@@ -17,9 +17,9 @@ from torch.utils.data import DataLoader
 
 from readers import RandomResizedCrop, open_iterable
 from readers.dali import dali_loader
-from readers.decode import decode_array
 from readers.formats import open_reader
-from readers.geometry import Augment, Window
+from readers.image.decode import decode_array
+from readers.image.geometry import Augment, Window
 
 N_DRAWS = 20_000
 STORED = (256, 341)  # an ImageNet-like image packed at shorter side 256
@@ -277,7 +277,7 @@ def test_dali_paths_crop_the_same_windows_and_flips(packed, device):
 
 # -- one geometry on every path (centre crops) ------------------------------------------------------
 def test_rounding_rule_on_ties_and_odd_margins():
-    from readers.geometry import centre_window, resized_size
+    from readers.image.geometry import centre_window, resized_size
 
     assert resized_size(100, 170, 25) == (25, 42)  # 42.5: ties to even
     assert resized_size(100, 150, 25) == (25, 38)  # 37.5: ties to even
@@ -288,10 +288,10 @@ def test_rounding_rule_on_ties_and_odd_margins():
 
 
 def test_centre_windows_agree_on_every_path():
-    from readers.batch import BatchAssembler
+    from readers.batch.batch import BatchAssembler
     from readers.dali.feed import BatchFeed
-    from readers.order import OrderSpec
-    from readers.record import Record
+    from readers.order.order import OrderSpec
+    from readers.store.record import Record
 
     stored = [(100, 170), (171, 100), (47, 48), (61, 80)]
     records = [Record(b"", 0, h, w, 3, "raw") for h, w in stored]
@@ -317,8 +317,8 @@ def test_odd_margin_centre_crop_pixels_identical_on_every_path(packed):
     # The packer crops with the same rule.
     from PIL import Image
 
-    from packer.preprocess import _centre_crop
-    from readers.geometry import centre_window
+    from packer.transform.preprocess import _centre_crop
+    from readers.image.geometry import centre_window
 
     array = np.arange(47 * 48 * 3, dtype=np.uint8).reshape(47, 48, 3)
     top, left, h, w = centre_window(47, 48, (38, 38))

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from packer.engine import pack_folder
+from packer.engine.engine import pack_folder
 from readers import open_dataset, read_manifest, source_paths
 from readers.errors import ImgpackError
 from readers.formats.packed_sample import PreprocessSpec
@@ -82,7 +82,7 @@ def test_unreadable_file_is_skipped(corpus, tmp_path, monkeypatch):
     if not permissions_effective():
         import builtins
 
-        import packer.preprocess
+        import packer.transform.preprocess
 
         real_open = builtins.open
 
@@ -91,7 +91,7 @@ def test_unreadable_file_is_skipped(corpus, tmp_path, monkeypatch):
                 raise PermissionError(13, "Permission denied", str(path))
             return real_open(path, *args, **kwargs)
 
-        monkeypatch.setattr(packer.preprocess, "open", refusing_open, raising=False)
+        monkeypatch.setattr(packer.transform.preprocess, "open", refusing_open, raising=False)
     pack_folder(root, tmp_path / "ds", "lmdb", PreprocessSpec(encode="png"), workers=1)
     reasons = {s["path"]: s["reason"] for s in read_manifest(tmp_path / "ds").skipped}
     assert "permission denied" in reasons[UNREADABLE]

@@ -11,10 +11,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from readers import open_iterable
-from readers.batch import BatchAssembler, _resize
-from readers.decode import decode_array
+from readers.batch.batch import BatchAssembler, _resize
+from readers.batch.shmring import MAX_SLOTS, STATS, mapped_rings
 from readers.formats import open_reader
-from readers.shmring import MAX_SLOTS, STATS, mapped_rings
+from readers.image.decode import decode_array
 from tests.conftest import packed_items
 
 N_SAMPLE = 44  # images in sample_data

@@ -21,7 +21,7 @@ from packer.bench.report import format_markdown, format_text
 from packer.bench.run import run_bench
 from packer.cli import main
 from readers import open_dataset
-from readers.manifest import read_manifest
+from readers.store.manifest import read_manifest
 
 pytestmark = pytest.mark.slow  # runs pack bench
 

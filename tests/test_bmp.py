@@ -13,15 +13,15 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from packer.engine import pack_folder
-from packer.source import scan_folder
+from packer.engine.engine import pack_folder
+from packer.sources.source import scan_folder
 from readers import ImgpackError, open_dataset, open_iterable
-from readers.bmpcodec import decode_bmp, encode_bmp
-from readers.decode import decode_array
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import read_manifest
+from readers.image.bmpcodec import decode_bmp, encode_bmp
+from readers.image.decode import decode_array
+from readers.store.manifest import read_manifest
 from tests.badinput import by_outcome, make_bad_corpus
 from tests.conftest import SAMPLE_DATA, packed_items, reference_pixels, run_cli
 
@@ -120,10 +120,10 @@ def test_name_collisions_across_parts_are_deterministic(tmp_path):
 
 @pytest.mark.parametrize("swap", ["opencv", "numpy"])
 def test_codec_against_pillow(monkeypatch, swap):
-    import readers.bmpcodec
+    import readers.image.bmpcodec
 
     if swap == "numpy":
-        monkeypatch.setattr(readers.bmpcodec, "cv2", None)  # the path without the cv extra
+        monkeypatch.setattr(readers.image.bmpcodec, "cv2", None)  # the path without the cv extra
     rng = np.random.default_rng(0)
     rgb = rng.integers(0, 256, (13, 7, 3), dtype=np.uint8)  # odd width: padded rows
     grey = rng.integers(0, 256, (5, 9), dtype=np.uint8)
@@ -188,12 +188,12 @@ def test_cli_to_bmp_implies_bmp_and_resume_after_an_interrupted_finish(tmp_path,
     proc = run_cli("imagefolder", SAMPLE_DATA, "--to", "bmp", "-o", tmp_path / "cli", "--resize", "24", "-q")
     assert proc.returncode == 0, proc.stderr
     assert read_manifest(tmp_path / "cli").encoding == "bmp"
-    import packer.engine
+    import packer.engine.engine
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # after finish() moved the files, before the manifest
 
-    monkeypatch.setattr(packer.engine, "write_manifest", crash)
+    monkeypatch.setattr(packer.engine.engine, "write_manifest", crash)
     spec = PreprocessSpec(resize=24)
     with pytest.raises(KeyboardInterrupt):
         pack_folder(SAMPLE_DATA, tmp_path / "api", "bmp", spec, options={"shards": 2})

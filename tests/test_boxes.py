@@ -1,4 +1,4 @@
-"""readers.boxes: boxes follow the image through resize, crop windows and flips (and the packer's
+"""readers.fields.boxes: boxes follow the image through resize, crop windows and flips (and the packer's
 --resize/--crop), checked against rectangles drawn into real pixels and resampled for real."""
 
 from __future__ import annotations
@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from packer.box_geometry import pack_geometry
-from packer.preprocess import preprocess_image
-from readers import resample
-from readers.boxes import (
+from packer.transform.box_geometry import pack_geometry
+from packer.transform.preprocess import preprocess_image
+from readers.fields.boxes import (
     SampleGeometry,
     clip_boxes,
     geometry_for_resize_crop,
@@ -19,7 +18,8 @@ from readers.boxes import (
     transform_boxes,
 )
 from readers.formats.packed_sample import PreprocessSpec
-from readers.geometry import RandomResizedCrop, Window, centre_window, resized_size, sample_uniforms
+from readers.image import resample
+from readers.image.geometry import RandomResizedCrop, Window, centre_window, resized_size, sample_uniforms
 from tests.cocodata import iou
 
 
@@ -153,7 +153,7 @@ def test_pack_geometry_matches_preprocess(spec):
 def test_refit_fields_moves_boxes_and_filters_per_box_fields():
     from PIL import Image
 
-    from packer.box_geometry import refit_fields
+    from packer.transform.box_geometry import refit_fields
     from readers.formats.packed_sample import PackedSample
 
     spec = PreprocessSpec(resize=40, crop=40)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from packer.rows import Row, pack_rows
+from packer.scan.rows import Row, pack_rows
 from readers import make_loader, open_iterable
-from readers.boxes import geometry_for_window, transform_box_batch, transform_boxes
+from readers.fields.boxes import geometry_for_window, transform_box_batch, transform_boxes
 from tests.cocodata import draw_rectangles
 
 MIN_SIDE = 0.01  # px, the documented rule (docs/reading.md)

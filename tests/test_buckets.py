@@ -21,8 +21,8 @@ from PIL import Image
 
 from packer.cli import main
 from readers import AspectBuckets, BucketList, OptionError, ResumeError, make_loader, mix, open_iterable
-from readers.bucket_order import bucket_schedule
-from readers.buckets import cover_window
+from readers.bucketing.bucket_order import bucket_schedule
+from readers.bucketing.buckets import cover_window
 from tests.cocodata import coco_pack_args, make_coco
 from tests.test_boxes_read import FIELDS, check_frames
 

@@ -1,4 +1,4 @@
-"""leftover="carry" (readers.bucket_order.carry_schedule): nothing padded or dropped, every sample
+"""leftover="carry" (readers.bucketing.bucket_order.carry_schedule): nothing padded or dropped, every sample
 of each epoch's order read once, the short group waiting for a later epoch; on the reading path:
 1, 2, 4 ranks with 0 and 2 workers, one bucket shape per step, exact and elastic resume across
 epochs of different lengths, kill -9 and resume, `pack info --buckets --leftover carry`."""
@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from packer.cli import main
 from readers import AspectBuckets, ResumeError, make_loader, open_iterable
-from readers.bucket_order import carry_length, carry_schedule
+from readers.bucketing.bucket_order import carry_length, carry_schedule
 from readers.formats import open_reader
-from readers.order import global_order
+from readers.order.order import global_order
 from tests.test_buckets_mix import FIRST, MIXED_SIZES, aspect_pack
 
 OPTIONS = {"seed": 3, "shuffle": True, "block_size": 4, "buffer_size": 16}

@@ -24,11 +24,11 @@ import torch.multiprocessing as mp
 from click.testing import CliRunner
 from PIL import Image
 
-from packer.append import append_to
 from packer.cli import main
-from packer.rows import Row, pack_rows
-from packer.source import scan_folder
-from packer.views import split_views, write_view
+from packer.edit.append import append_to
+from packer.edit.views import split_views, write_view
+from packer.scan.rows import Row, pack_rows
+from packer.sources.source import scan_folder
 from readers import AspectBuckets, ResumeError, make_loader, open_dataset, open_iterable
 from tests import test_buckets, test_masks
 from tests.cocodata import coco_pack_args

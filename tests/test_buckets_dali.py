@@ -2,7 +2,7 @@
 
 The same samples in the same batches and shapes as ``open_iterable`` with the same buckets, seed
 and epoch, on every rank; pixels within the resamplers' difference (DALI's antialiased
-``fn.resize`` against readers.resample, as in tests/test_dali.py); boxes that frame the drawn
+``fn.resize`` against readers.image.resample, as in tests/test_dali.py); boxes that frame the drawn
 rectangles; exact mid-epoch resume, from a state that says where open_iterable's says.
 
 The set: one class folder per image (a label names its sample), smooth gradients with a few
@@ -36,7 +36,7 @@ OFFSET = AspectBuckets(area=48 * 48, multiple=8, random_offset=True)
 CARRY = AspectBuckets(area=48 * 48, multiple=8, random_offset=True, leftover="carry")  # lengths vary by epoch
 BATCH = 4
 # Mean absolute pixel difference allowed per batch. Stored pixels: DALI's antialiased linear
-# fn.resize against readers.resample on a ~2.3x shrink, measured 0.4-0.6 here, and 1.7-2.2 with
+# fn.resize against readers.image.resample on a ~2.3x shrink, measured 0.4-0.6 here, and 1.7-2.2 with
 # every window one stored pixel off. JPEG: tests/test_dali.py's 3.0 (measured 1.3-2.6: the CPU
 # path also decodes at 1/2 scale, DCT scaling, where DALI decodes whole).
 MAD = {"raw": 1.0, "jpeg": 3.0}

@@ -139,15 +139,15 @@ def test_verify_detects_corruption(tmp_path):
 
 
 def test_interrupt_names_resume_only_for_commands_that_have_it(tmp_path, monkeypatch):
-    import packer.verify
+    import packer.info.verify
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(packer.verify, "verify_dataset", interrupted)
+    monkeypatch.setattr(packer.info.verify, "verify_dataset", interrupted)
     result = CliRunner().invoke(main, ["verify", str(tmp_path)])
     assert result.exit_code == 130 and result.output.strip() == "interrupted"
-    monkeypatch.setattr("packer.engine.pack", interrupted)
+    monkeypatch.setattr("packer.engine.engine.pack", interrupted)
     result = invoke("imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", tmp_path / "out", "-q")
     assert result.exit_code == 130
     assert result.output.strip() == "interrupted; re-run the same command with --resume to finish"

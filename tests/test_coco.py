@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from packer.cli import main
-from packer.coco import coco_source, scan_coco
+from packer.sources.coco import coco_source, scan_coco
 from readers.errors import ImgpackError
 from readers.formats.registry import formats_storing_fields
 from tests.cocodata import CLASSES, coco_pack_args, colour_of, find_rectangle, iou, make_coco
@@ -136,8 +136,8 @@ def test_outside_root_and_duplicates(tmp_path):
 def _stored_boxes_frame_rectangles(out, spec_crop: int | None) -> int:
     """Every stored sample's boxes frame their rectangles in the stored pixels; returns the count
     of boxes checked."""
-    from readers.decode import decode_array
     from readers.formats import open_reader
+    from readers.image.decode import decode_array
 
     reader = open_reader(out)
     checked = 0
@@ -175,8 +175,8 @@ def test_pack_coco_cli_moves_boxes_with_resize_and_crop(coco, tmp_path, fmt):
 def test_pack_workers_move_the_boxes_with_the_pixels(coco, tmp_path):
     """The boxes are refitted where the image is resized (``preprocess_chunk`` in a pack worker),
     once: a pool of two workers stores exactly what the in-process pack stores."""
-    from packer.engine import pack_folder
-    from packer.parts import preprocess_chunk
+    from packer.engine.engine import pack_folder
+    from packer.engine.parts import preprocess_chunk
     from readers.formats import open_reader
     from readers.formats.packed_sample import PreprocessSpec
 

@@ -21,8 +21,8 @@ from readers.dali import DaliUnavailableError, dali_loader, select_path
 from readers.dali.feed import BatchFeed
 from readers.errors import OptionError
 from readers.formats import format_names, open_reader
-from readers.order import OrderSpec
-from readers.resume import ResumeError
+from readers.order.order import OrderSpec
+from readers.order.resume import ResumeError
 from tests.conftest import REPO, cli_env
 
 FIXED = {"resize": 64, "crop": 64}
@@ -71,7 +71,7 @@ def test_dali_cpu_matches_dataloader(packed, fmt, spec):
     a, b = batches(dali), batches(fallback)
     assert len(a) == len(dali) == len(fallback) == 6  # 44 samples, padded to 6 batches of 8
     assert a[0][0].shape == (8, 3, 38, 40) and a[0][0].dtype == torch.uint8
-    # DALI's fn.resize (antialiased) against readers.resample (the CPU paths' one resampler,
+    # DALI's fn.resize (antialiased) against readers.image.resample (the CPU paths' one resampler,
     # bilinear below a 2x shrink): measured 0.6-2.2 grey levels mean per batch here
     # (docs/dali.md and docs/decisions.md give the figures); a wrong window is 20+.
     assert_same(a, b, mad=3.0)

@@ -4,7 +4,7 @@ A COCO set (tests/cocodata.py) is packed with boxes, per-box categories and a no
 into every format that stores fields, and read by ``dali_loader(device="cpu")`` (a real DALI
 pipeline, ``device_id=None``) and by ``device="dataloader"`` (``open_iterable`` + ``make_loader``)
 with the same options. Boxes must be *equal*, not close: both paths move them with the same code
-(``readers.record_stream.batch_fields``) through the same integer windows and flips (a function of
+(``readers.batch.record_stream.batch_fields``) through the same integer windows and flips (a function of
 (seed, epoch, sample index)); only the pixels differ, by DALI's resampler (the tolerance of
 tests/test_dali.py). That boxes frame what DALI's pixels show is tests/test_boxes_read.py's check.
 """
@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from packer.rows import Row, pack_rows
+from packer.scan.rows import Row, pack_rows
 from readers import RandomResizedCrop
 from readers.dali import dali_loader
 from readers.dali.fields import carried, stored_fields
 from readers.errors import OptionError
-from readers.fields import KINDS, typed
+from readers.fields.fields import KINDS, typed
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import formats_storing_fields
-from readers.record import Record
+from readers.store.record import Record
 from tests.cocodata import CLASSES, make_coco
 
 SCHEMA = {"boxes": "boxes", "categories": "box_ints", "caption": "str"}

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from readers import jpegwindow
+from readers.image import jpegwindow
 from tests.jpeg_corpus import mutants, seeds
 from tests.jpeg_differential import ROOT, SANITIZER_FLAGS, build_extension, gcc_runtime
 from tests.jpeg_variants import build_tool, variants

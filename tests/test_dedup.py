@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from packer.bench.planted import KINDS, planted
-from packer.dedup import DEFAULT_NEAR_DISTANCE
-from packer.engine import pack_folder
-from packer.overlap import load_hashes, read_indices
-from packer.preprocess import preprocess_file
-from packer.verify import verify_dataset
+from packer.dedup.dedup import DEFAULT_NEAR_DISTANCE
+from packer.dedup.overlap import load_hashes, read_indices
+from packer.engine.engine import pack_folder
+from packer.info.verify import verify_dataset
+from packer.transform.preprocess import preprocess_file
 from readers import read_manifest, source_paths
-from readers.decode import decode_array
 from readers.formats import format_names, open_reader
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import write_manifest
-from readers.sample_hashes import digest_of, phash_of_array, stored_hashes
+from readers.image.decode import decode_array
+from readers.store.manifest import write_manifest
+from readers.store.sample_hashes import digest_of, phash_of_array, stored_hashes
 from tests.conftest import run_cli
 from tests.helpers_dedup import planted_folder
 

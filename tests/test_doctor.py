@@ -1,4 +1,4 @@
-"""`pack doctor` and the window decoder's loading rule (readers/jpegwindow.py): which libjpeg-turbo
+"""`pack doctor` and the window decoder's loading rule (readers/image/jpegwindow.py): which libjpeg-turbo
 is loaded, in what order the candidates are tried, and that every refusal is named."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from readers import jpegwindow
+from readers.image import jpegwindow
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +67,8 @@ def test_readers_fall_back_to_whole_decodes_without_the_decoder(packed, tmp_path
     """A crop read with the decoder off gives the same pixels as with it on."""
     code = (
         "import sys, numpy as np\n"
-        "from readers import jpegwindow, open_iterable, RandomResizedCrop\n"
+        "from readers import open_iterable, RandomResizedCrop\n"
+        "from readers.image import jpegwindow\n"
         "it = open_iterable(sys.argv[1], batch_size=8, crop=RandomResizedCrop(32), seed=3)\n"
         "images, _ = next(iter(it))\n"
         "np.save(sys.argv[2], images.numpy()); print(jpegwindow.DECODER is not None)\n"
@@ -99,7 +100,7 @@ def test_the_typed_stub_matches_the_extension():
 
 
 def decoder_is_off() -> bool:
-    from readers import jpegwindow as loaded  # noqa: PLC0415 - imported in the spawned child
+    from readers.image import jpegwindow as loaded  # noqa: PLC0415 - imported in the spawned child
 
     return loaded.DECODER is None
 

@@ -1,5 +1,5 @@
 """The DALI loader keeps its epochs and resume on the code of open_iterable's stream
-(``readers.epoch_cursor.EpochCursor``): the same epoch of each pass, the same state at the same
+(``readers.order.epoch_cursor.EpochCursor``): the same epoch of each pass, the same state at the same
 point, the same refusals, on DALI's own pipeline (CPU) and on the DataLoader paths."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 
 from readers import open_iterable
 from readers.dali import dali_loader
-from readers.epoch_cursor import EpochCursor
-from readers.resume import ResumeError
+from readers.order.epoch_cursor import EpochCursor
+from readers.order.resume import ResumeError
 
 RAW = {"resize": 32, "crop": 32, "encode": "raw"}
 OPTIONS = dict(batch_size=4, seed=5, block_size=4, buffer_size=16, pad_last=False)

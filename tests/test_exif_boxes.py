@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from PIL import Image, ImageOps
 
 from packer.cli import main
-from packer.preprocess import ORIENTATION_TRANSPOSE
-from packer.rows import Row, pack_rows
+from packer.scan.rows import Row, pack_rows
+from packer.transform.preprocess import ORIENTATION_TRANSPOSE
 from readers import RandomResizedCrop, open_dataset, open_iterable
 from readers.dali import dali_loader
 from readers.formats.registry import formats_storing_fields

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from packer.engine import pack_folder
-from packer.imagelist import scan_list
-from packer.rows import Row, pack_rows
+from packer.engine.engine import pack_folder
+from packer.scan.rows import Row, pack_rows
+from packer.sources.imagelist import scan_list
 from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iterable
 from readers.errors import ImgpackError, OptionError
-from readers.manifest import read_manifest
-from readers.record import pack_record, unpack_record
+from readers.store.manifest import read_manifest
+from readers.store.record import pack_record, unpack_record
 from tests.cocodata import draw_rectangles, rect_of
 from tests.conftest import run_cli
 
@@ -278,9 +278,9 @@ def test_batch_collation_equals_collating_each_sample(pad):
     """FieldPlan.batch (boxes moved as one batch, ragged fields as one buffer) gives what the
     per-sample target of each sample, collated, gives: samples without boxes, boxes dropped by the
     crop or by min_visibility, missing values and flips included."""
-    from readers.boxes import geometry_for_window
-    from readers.fields import as_tensors, typed
-    from readers.sample_fields import FieldPlan
+    from readers.fields.boxes import geometry_for_window
+    from readers.fields.fields import as_tensors, typed
+    from readers.fields.sample_fields import FieldPlan
     from tests.test_boxes import random_batch
 
     schema = {"caption": "str", "boxes": "boxes", "categories": "box_ints", "score": "float", "tags": "ints"}

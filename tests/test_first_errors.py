@@ -189,7 +189,7 @@ def test_a_missing_workdir_is_one_line_for_webdataset_and_parquet(tmp_path):
 @pytest.mark.parametrize("epoch", [2**64, -1, 2**32, 1.5])
 def test_set_epoch_out_of_range_is_a_clear_error(packed, epoch):
     from readers import make_loader, open_iterable
-    from readers.dataset import DeterministicSampler
+    from readers.datasets.dataset import DeterministicSampler
     from readers.errors import OptionError
 
     stream = open_iterable(packed("lmdb"), batch_size=4, crop=24)

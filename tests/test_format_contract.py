@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from packer.engine import pack_folder
+from packer.engine.engine import pack_folder
 from readers.errors import ImgpackError
 from readers.formats import format_named, format_names, register_format, unregister_format
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import read_manifest
+from readers.store.manifest import read_manifest
 from tests import npyformat
 from tests.conftest import SAMPLE_DATA
 from tests.format_contract import FormatContract

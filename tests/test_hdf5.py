@@ -12,15 +12,15 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from packer.engine import pack_folder
-from packer.preprocess import preprocess_file
-from packer.source import scan_folder
+from packer.engine.engine import pack_folder
+from packer.sources.source import scan_folder
+from packer.transform.preprocess import preprocess_file
 from readers import open_dataset, open_iterable
-from readers.decode import decode_array
 from readers.errors import ChecksumError, ImgpackError
 from readers.formats import open_reader
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import read_manifest
+from readers.image.decode import decode_array
+from readers.store.manifest import read_manifest
 from tests.badinput import by_outcome, make_bad_corpus
 from tests.conftest import SAMPLE_DATA, packed_items, reference_pixels, run_cli
 
@@ -115,12 +115,12 @@ def test_raw_without_fixed_size_is_refused(tmp_path):
 def test_output_is_identical_for_any_worker_count_and_after_an_interrupted_finish(tmp_path, monkeypatch):
     spec = PreprocessSpec(**SPECS["jpeg"])
     one = pack_folder(SAMPLE_DATA, tmp_path / "one", "hdf5", spec, workers=1, options={"shards": 2})
-    import packer.engine
+    import packer.engine.engine
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # dies after finish() wrote the attributes, before the manifest
 
-    monkeypatch.setattr(packer.engine, "write_manifest", crash)
+    monkeypatch.setattr(packer.engine.engine, "write_manifest", crash)
     with pytest.raises(KeyboardInterrupt):
         pack_folder(SAMPLE_DATA, tmp_path / "two", "hdf5", spec, workers=2, options={"shards": 2})
     monkeypatch.undo()

@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from packer.cli import main
-from packer.engine import pack_folder
-from packer.imagelist import scan_list
-from packer.source import scan_folder
+from packer.engine.engine import pack_folder
+from packer.sources.imagelist import scan_list
+from packer.sources.source import scan_folder
 from readers import open_dataset, read_manifest
 from readers.errors import ImgpackError
 from readers.formats.packed_sample import PreprocessSpec

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from packer.imagelist import scan_list
+from packer.sources.imagelist import scan_list
 from readers import read_manifest
 from tests.conftest import run_cli
 from tests.helpers_cli import write_images

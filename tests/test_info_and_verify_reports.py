@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from packer.verify import verify_dataset
+from packer.info.verify import verify_dataset
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_cli import assert_one_line

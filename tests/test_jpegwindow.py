@@ -1,4 +1,4 @@
-"""Decode only the crop window of a JPEG (readers.jpegwindow): the same pixels as a whole decode.
+"""Decode only the crop window of a JPEG (readers.image.jpegwindow): the same pixels as a whole decode.
 
 The JPEGs are made here with Pillow: odd sizes, 4:2:0 / 4:2:2 / 4:4:4, grey, progressive, restart
 markers, CMYK. Windows touch every edge, and are small, thin or whole. The reference is a whole
@@ -21,11 +21,12 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-import readers.batch_slot
-from readers import RandomResizedCrop, jpegwindow, open_iterable
-from readers.decode import decode_array
-from readers.geometry import Window, scaled_window
-from readers.record import Record
+import readers.batch.batch_slot
+from readers import RandomResizedCrop, open_iterable
+from readers.image import jpegwindow
+from readers.image.decode import decode_array
+from readers.image.geometry import Window, scaled_window
+from readers.store.record import Record
 from tests.helpers_formats import formats_storing
 from tests.helpers_jpeg import textured_pixels
 from tests.jpeg_corpus import first_scans, markers
@@ -202,11 +203,11 @@ def test_training_batches_decode_only_the_window_with_identical_pixels(packed, t
         {"crop": spec, "flip": True, "fast_dct": True},
         {"crop": 64},
     ):
-        monkeypatch.setattr(readers.batch_slot, "decode_window", counting)
+        monkeypatch.setattr(readers.batch.batch_slot, "decode_window", counting)
         windowed = batches(path, **options)
         assert calls["decoded"] >= 10  # every JPEG but the CMYK ones (refused: decoded whole)
         calls["decoded"] = 0
-        monkeypatch.setattr(readers.batch_slot, "decode_window", lambda *args, **kwargs: None)
+        monkeypatch.setattr(readers.batch.batch_slot, "decode_window", lambda *args, **kwargs: None)
         whole = batches(path, **options)
         np.testing.assert_array_equal(windowed.numpy(), whole.numpy())
         monkeypatch.undo()
@@ -245,11 +246,11 @@ def test_dali_dataloader_fallback_decodes_only_the_window(packed, tmp_path, monk
         return torch.cat([x.clone() for x, _ in loader])
 
     calls = {"decoded": 0}
-    monkeypatch.setattr(readers.batch_slot, "decode_window", counting_decoder(calls))
+    monkeypatch.setattr(readers.batch.batch_slot, "decode_window", counting_decoder(calls))
     windowed = epoch()
     if workers == 0:  # counted in this process
         assert calls["decoded"] >= 10
-    monkeypatch.setattr(readers.batch_slot, "decode_window", lambda *args, **kwargs: None)
+    monkeypatch.setattr(readers.batch.batch_slot, "decode_window", lambda *args, **kwargs: None)
     np.testing.assert_array_equal(windowed.numpy(), epoch().numpy())
 
 
@@ -258,7 +259,8 @@ def test_without_the_window_decoder_the_reads_are_unchanged(packed, tmp_path):
     source = make_jpeg_folder(tmp_path / "src")
     path = packed("lmdb", src=source, encode="jpeg", quality=90)
     script = (
-        "import sys, numpy as np; from readers import jpegwindow, RandomResizedCrop, open_iterable\n"
+        "import sys, numpy as np; from readers import RandomResizedCrop, open_iterable\n"
+        "from readers.image import jpegwindow\n"
         "print(jpegwindow.DECODER is None)\n"
         "it = open_iterable(sys.argv[1], batch_size=5, layout='HWC', shuffle=False, seed=3,\n"
         "                   crop=RandomResizedCrop(40), flip=True)\n"
@@ -344,13 +346,13 @@ def test_original_packs_of_cut_progressive_jpegs_read_alike_on_every_path(packed
     path = packed(fmt, src=root, encode="original")
     options = {"crop": RandomResizedCrop(48, scale=(0.08, 1.0)), "flip": True}
     calls = {"decoded": 0}
-    monkeypatch.setattr(readers.batch_slot, "decode_window", counting_decoder(calls))
+    monkeypatch.setattr(readers.batch.batch_slot, "decode_window", counting_decoder(calls))
     windowed = batches(path, **options)
     assert calls["decoded"] >= 8
     dali = dali_loader(path, batch_size=5, seed=3, device="dataloader", num_workers=0, **options)
     dali.set_epoch(1)
     dali_windowed = torch.cat([x.clone() for x, _ in dali])
-    monkeypatch.setattr(readers.batch_slot, "decode_window", lambda *args, **kwargs: None)
+    monkeypatch.setattr(readers.batch.batch_slot, "decode_window", lambda *args, **kwargs: None)
     whole = batches(path, **options)
     dali.set_epoch(1)
     np.testing.assert_array_equal(dali_windowed.numpy(), torch.cat([x.clone() for x, _ in dali]).numpy())
@@ -403,7 +405,7 @@ def test_a_small_jpeg_declaring_a_huge_progressive_image_is_refused_in_bounded_m
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec from the forking process (pytest,
     # hundreds of MB late in a full run); VmHWM is the child's own address space's peak.
     script = (
-        "import sys, numpy as np; from readers import jpegwindow\n"
+        "import sys, numpy as np; from readers.image import jpegwindow\n"
         "data = open(sys.argv[1], 'rb').read(); out = np.empty(16 * 30000, np.uint8)\n"
         "print(jpegwindow.DECODER.decode(data, out, 0, 0, 16, 16, 8, True, False))\n"
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"

@@ -11,7 +11,7 @@ import pytest
 
 from readers.errors import ChecksumError
 from readers.formats import format_names, open_reader
-from readers.record import ENCODING_CODES, HEADER
+from readers.store.record import ENCODING_CODES, HEADER
 from tests.helpers_damage import assert_verify_fails, copy_of, reseal
 
 
@@ -74,8 +74,8 @@ def _edit_tar_label(root: Path, index: int, new: int) -> Path:
 
 def _edit_tfrecord_label(root: Path, index: int, new: int) -> Path:
     """The label in the record's ``imgpack/meta`` feature, its CRC32C recomputed (a careful editor)."""
-    from readers.checksums import masked_crc
     from readers.formats.tfrecord.example import varint
+    from readers.store.checksums import masked_crc
 
     old = _record_of(root, index)
     data_file = root / "shard-000000.tfrecord"

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packer.engine import pack_folder
-from packer.reindex import reindex
-from packer.verify import verify_dataset
+from packer.engine.engine import pack_folder
+from packer.info.reindex import reindex
+from packer.info.verify import verify_dataset
 from readers.errors import ChecksumError, ImgpackError, ManifestError
 from readers.formats import format_named, format_names, open_reader
 from readers.formats.label_file import LABELS_NAME
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import MANIFEST_NAME, read_manifest
+from readers.store.manifest import MANIFEST_NAME, read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_damage import edit_manifest
 from tests.s3server import BUCKET
@@ -85,7 +85,7 @@ def test_an_edited_label_file_is_caught(pack):
         open_reader(pack, verify=True).labels()
     report = verify_dataset(pack)
     assert not report.ok and LABELS_NAME in report.problems[0]
-    from readers.checksums import file_sha256
+    from readers.store.checksums import file_sha256
 
     edit_manifest(pack, lambda m: m["extra"]["labels"].update(sha256=file_sha256(pack / LABELS_NAME)))
     with pytest.raises(ChecksumError, match=r"sample 7: label \d+ in the record but \d+ in the label file"):

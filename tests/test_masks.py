@@ -17,7 +17,7 @@ from PIL import Image
 from pycocotools import mask as coco_mask  # the reference mask decoder (imgpack[all] installs it)
 
 from packer.cli import main
-from packer.coco import scan_coco
+from packer.sources.coco import scan_coco
 from readers import RandomResizedCrop, open_dataset, open_iterable
 from readers.formats.registry import formats_storing_fields
 from tests.cocodata import CATEGORIES, colour_of

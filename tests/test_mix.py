@@ -1,4 +1,4 @@
-"""readers.mix: weighted, deterministic mixing of packed datasets of different formats."""
+"""readers.datasets.mix: weighted, deterministic mixing of packed datasets of different formats."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from readers import make_loader, mix, open_dataset
-from readers.mix import quotas
+from readers.datasets.mix import quotas
 from tests.helpers_formats import formats_storing
 
 FIXED = {"resize": 40, "crop": 32, "encode": "png"}

@@ -1,4 +1,4 @@
-"""readers.mix over datasets with different fields: ``fields=`` names what every dataset stores,
+"""readers.datasets.mix over datasets with different fields: ``fields=`` names what every dataset stores,
 ``fields_per_dataset=`` reads each dataset's own; per sample, in batches from DataLoader workers,
 with boxes following the crops, and resumed mid-epoch. Two packs of two formats from the registry."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from packer.rows import Row, pack_rows
+from packer.scan.rows import Row, pack_rows
 from readers import RandomResizedCrop, make_loader, mix, open_iterable
 from readers.errors import OptionError
 from readers.formats.registry import formats_storing_fields

@@ -25,7 +25,7 @@ def _odd_source(tmp_path, plain=1):
 
 @pytest.mark.parametrize("fmt", format_names())
 def test_a_file_name_that_is_not_utf8_packs(tmp_path, fmt):
-    from packer.verify import verify_dataset
+    from packer.info.verify import verify_dataset
 
     out = tmp_path / "out"
     proc = run_cli("imagefolder", _odd_source(tmp_path), "--to", fmt, "-o", out, "--resize", "16", "-q")

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-import readers.geometry
+import readers.image.geometry
 from readers import TokenBudget, mix, open_iterable
-from readers.bucket_geometry import TokenGeometry
+from readers.bucketing.bucket_geometry import TokenGeometry
 from readers.dali import dali_loader
 from readers.errors import OptionError
-from readers.geometry import Geometry
+from readers.image.geometry import Geometry
 from readers.spec import ReadSpec
 
 RAW = {"resize": 48, "encode": "raw"}  # stored at several aspect ratios, shorter side 48
@@ -25,7 +25,7 @@ def counted(monkeypatch):
     """calls["normalise"], calls["fit"]: how often a crop was normalised (``as_pair(..., "crop")``)
     and fit-checked (``crop_fits``), wherever a ``readers`` module imported them from."""
     calls = {"normalise": 0, "fit": 0}
-    as_pair, crop_fits = readers.geometry.as_pair, readers.geometry.crop_fits
+    as_pair, crop_fits = readers.image.geometry.as_pair, readers.image.geometry.crop_fits
 
     def counting_as_pair(value, name):
         calls["normalise"] += name == "crop"

@@ -13,7 +13,7 @@ from tests.conftest import run_cli
 
 @pytest.mark.parametrize("mode", ["I;16", "I;16B", "I"])
 def test_16_bit_values_keep_their_high_byte_whatever_the_maximum(mode):
-    from packer.preprocess import preprocess_image
+    from packer.transform.preprocess import preprocess_image
     from readers.formats.packed_sample import PreprocessSpec
 
     for value, expected in [(200, 0), (255, 0), (256, 1), (200 * 257, 200), (65535, 255)]:

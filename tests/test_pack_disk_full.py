@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from packer.verify import verify_dataset
+from packer.info.verify import verify_dataset
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_disks import mounted_tmpfs

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from packer.engine import pack_folder
-from packer.verify import verify_dataset
+from packer.engine.engine import pack_folder
+from packer.info.verify import verify_dataset
 from readers import open_dataset, read_manifest
 from readers.formats import format_names
 from readers.formats.packed_sample import PreprocessSpec

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from packer.engine import pack_folder
-from packer.source import scan_folder
-from packer.verify import verify_dataset
+from packer.engine.engine import pack_folder
+from packer.info.verify import verify_dataset
+from packer.sources.source import scan_folder
 from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.packrun import (
@@ -129,7 +129,7 @@ def test_a_ray_task_stops_and_drops_its_staged_part_when_the_driver_is_gone(tmp_
     with the pid of a driver that was killed, and with a live one."""
     import socket
 
-    from packer.ray_engine import DriverGone, _pack_part, _staged_writer
+    from packer.engine.ray_engine import DriverGone, _pack_part, _staged_writer
     from readers.formats.registry import open_writer
 
     items = scan_folder(SAMPLE_DATA).items

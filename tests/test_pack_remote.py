@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 from packer.cli import main
-from packer.engine import pack_folder
-from packer.remote_source import scan_url
-from packer.source import scan_folder
+from packer.engine.engine import pack_folder
+from packer.sources.remote_source import scan_url
+from packer.sources.source import scan_folder
 from readers.errors import ImgpackError
 from readers.formats import format_names, open_reader
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import read_manifest
+from readers.store.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA, cli_env, run_cli
 from tests.s3server import BUCKET, free_port
 
@@ -194,8 +194,8 @@ def test_credentials_never_reach_the_error(tmp_path):
 
 
 def test_a_second_pack_into_the_same_url_stops_at_once(s3):
-    from packer.output import OutputLock
-    from packer.remote_output import staging_folder
+    from packer.output.output import OutputLock
+    from packer.output.remote_output import staging_folder
 
     _, options = s3
     out = f"s3://{BUCKET}/locked"

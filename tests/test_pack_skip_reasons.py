@@ -35,7 +35,7 @@ def test_upscaling_a_thin_strip_past_max_pixels_is_a_skip_with_a_reason(tmp_path
 
 
 def test_a_decoder_error_without_a_message_is_named_by_its_type(monkeypatch, tmp_path):
-    from packer import preprocess
+    from packer.transform import preprocess
     from readers.formats.packed_sample import PreprocessSpec
 
     src = write_images(tmp_path / "c", ["a.png"])
@@ -50,7 +50,7 @@ def test_a_decoder_error_without_a_message_is_named_by_its_type(monkeypatch, tmp
 
 # -- a NUL byte in a source path is a recorded skip ---------------------------------------
 def test_a_nul_byte_in_an_imagelist_path_is_a_recorded_skip(tmp_path):
-    from packer.imagelist import scan_list
+    from packer.sources.imagelist import scan_list
 
     first = sorted((SAMPLE_DATA / "animals").iterdir())[0].name
     listing = tmp_path / "l.jsonl"
@@ -64,7 +64,7 @@ def test_a_nul_byte_in_an_imagelist_path_is_a_recorded_skip(tmp_path):
 
 
 def test_a_nul_byte_in_a_coco_file_name_is_a_recorded_skip(tmp_path):
-    from packer.coco import coco_source
+    from packer.sources.coco import coco_source
     from tests.cocodata import make_coco
 
     annotations = make_coco(tmp_path, count=3, empty=0)

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from packer.cli import main
-from packer.engine import pack, pack_folder
-from packer.source_registry import register_source, registered_sources, unregister_source
+from packer.engine.engine import pack, pack_folder
+from packer.scan.source_registry import register_source, registered_sources, unregister_source
 from packer.spec import PackSpec
 from readers import open_dataset, read_manifest
 from readers.errors import CallError, ImgpackError, OptionError

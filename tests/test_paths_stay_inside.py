@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from packer.imagelist import scan_list
+from packer.sources.imagelist import scan_list
 from readers import open_dataset, read_manifest
 from readers.errors import ManifestError
 from readers.formats import format_names, open_reader

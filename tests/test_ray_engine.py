@@ -8,7 +8,7 @@ import socket
 import numpy as np
 import pytest
 
-from packer.engine import pack_folder
+from packer.engine.engine import pack_folder
 from readers import open_dataset, read_manifest
 from readers.formats.packed_sample import PreprocessSpec
 from tests.badinput import make_bad_corpus
@@ -49,8 +49,8 @@ def test_ray_engine_writes_the_same_dataset_as_the_local_engine(ray_cluster, tmp
 
 
 def test_ray_tasks_move_coco_boxes_with_the_pixels_like_the_local_engine(ray_cluster, tmp_path):
-    """Boxes are refitted in the task that resizes the image (packer/parts.py), once."""
-    from packer.coco import coco_source
+    """Boxes are refitted in the task that resizes the image (packer/engine/parts.py), once."""
+    from packer.sources.coco import coco_source
     from tests.cocodata import make_coco
 
     coco = make_coco(tmp_path / "coco", count=24, empty=2)
@@ -70,7 +70,7 @@ def test_ray_tasks_move_coco_boxes_with_the_pixels_like_the_local_engine(ray_clu
 
 def test_ray_tasks_read_from_and_upload_to_s3(ray_cluster, s3, tmp_path, monkeypatch):
     """No shared filesystem: each task reads its images from the bucket and uploads its part."""
-    from packer import remote_source
+    from packer.sources import remote_source
     from tests.s3server import BUCKET
     from tests.test_pack_remote import SPEC, assert_same_dataset, download
 

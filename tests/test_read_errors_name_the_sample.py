@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from readers import open_dataset, open_iterable
-from readers.checksums import file_sha256
 from readers.errors import DecodeError
 from readers.formats import open_reader
+from readers.store.checksums import file_sha256
 from tests.conftest import cli_env
 from tests.helpers_damage import assert_verify_fails, copy_of, edit_manifest
 

@@ -1,7 +1,7 @@
 """One read spec and one emission loop under open_iterable, mix and dali_loader.
 
 Every reading path builds a ``readers.spec.ReadSpec`` and emits through
-``readers.record_stream``: the same options, the same errors at construction, the same batches,
+``readers.batch.record_stream``: the same options, the same errors at construction, the same batches,
 augmentation and resume, whether the records come from one dataset, a mix or the DALI fallback.
 """
 
@@ -18,10 +18,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from readers import RandomResizedCrop, make_loader, mix, open_iterable
+from readers.batch.whole_batch import WholeBatchCollatedError
 from readers.dali import dali_loader
 from readers.errors import ImgpackError, OptionError
 from readers.spec import ReadSpec, entry_points
-from readers.whole_batch import WholeBatchCollatedError
 from tests.conftest import REPO
 from tests.helpers_formats import formats_storing
 

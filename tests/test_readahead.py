@@ -1,4 +1,4 @@
-"""Issue 30 part 1: reading ahead of the order (readers/readahead.py) with the page cache dropped.
+"""Issue 30 part 1: reading ahead of the order (readers/remote/readahead.py) with the page cache dropped.
 
 Every registered format: a read whose files were evicted from the page cache (checked with
 ``mincore``) gives the same
@@ -20,11 +20,12 @@ import pytest
 from PIL import Image
 
 from packer.bench.pagecache import dataset_resident, evict, resident
-from readers import make_loader, open_iterable, readahead
+from readers import make_loader, open_iterable
 from readers.errors import OptionError
 from readers.formats.lmdb.pages import PageTable, PageTableError
 from readers.formats.registry import format_names
-from readers.readahead import PIECE, Extent, ReadAhead, resolve_budget
+from readers.remote import readahead
+from readers.remote.readahead import PIECE, Extent, ReadAhead, resolve_budget
 
 # Blocks of 16 and a buffer of one block: batch k is block k of the order, so the batches after
 # the first two lie in blocks nothing has read yet.

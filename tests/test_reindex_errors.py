@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from readers.checksums import file_sha256
 from readers.errors import ManifestError
+from readers.store.checksums import file_sha256
 from tests.conftest import run_cli
 from tests.helpers_cli import assert_one_line, pack_sample
 from tests.helpers_damage import copy_of, edit_manifest, read_all

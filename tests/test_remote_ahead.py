@@ -1,4 +1,4 @@
-"""Reading ahead from object storage (readers/remote_ahead.py), against a real moto S3 server."""
+"""Reading ahead from object storage (readers/remote/remote_ahead.py), against a real moto S3 server."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from packer.bench.delay_proxy import delayed
 from readers import make_loader, mix, open_iterable
 from readers.errors import OptionError
-from readers.remote_ahead import AheadSettings, ahead_settings, parse_size, plan_requests
+from readers.remote.remote_ahead import AheadSettings, ahead_settings, parse_size, plan_requests
 from tests.s3server import BUCKET
 
 SPLIT = {"samples_per_shard": 10}
@@ -55,7 +55,7 @@ def test_plan_merges_near_ranges_of_one_stretch_and_covers_every_read():
 
 
 def test_reads_passed_over_are_let_go_and_then_read_directly():
-    from readers.remote_ahead import RangeFetcher
+    from readers.remote.remote_ahead import RangeFetcher
 
     blob = bytes(range(256))
     asked: list[tuple[int, int]] = []
@@ -202,7 +202,7 @@ BOUND = 8  # seconds ($IMGPACK_REMOTE_TIMEOUT): a loaded machine's moto may take
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_stalled_server_is_a_remote_error_within_the_bound(packed, monkeypatch, workers):
-    from readers.remote import RemoteError
+    from readers.remote.remote import RemoteError
     from tests.s3server import moto_s3_process, stopped
 
     with moto_s3_process() as (fs, options, proc):

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from torch.utils.data import DataLoader
 
-from packer.verify import verify_dataset
+from packer.info.verify import verify_dataset
 from readers import open_dataset, open_iterable
-from readers.checksums import file_sha256
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import format_names, open_reader
-from readers.manifest import read_manifest, write_manifest
+from readers.store.checksums import file_sha256
+from readers.store.manifest import read_manifest, write_manifest
 from tests.conftest import run_cli
 from tests.helpers_damage import flip_byte
 from tests.s3server import BUCKET
@@ -215,7 +215,7 @@ def test_unreachable_endpoint_and_bad_storage_options_never_echo_secrets():
     from click.testing import CliRunner
 
     from packer.cli import main
-    from readers.remote import RemoteError
+    from readers.remote.remote import RemoteError
     from tests.s3server import free_port
 
     options = {

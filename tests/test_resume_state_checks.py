@@ -103,7 +103,7 @@ def test_an_untouched_loader_state_still_resumes_exactly(packed):
 # -- a resume state names the dataset it was saved on -------------------------------------
 def test_a_state_from_another_seeds_pack_is_refused_naming_both(tmp_path):
     from readers import open_iterable
-    from readers.resume import ResumeError
+    from readers.order.resume import ResumeError
 
     for seed in (0, 1):
         pack_sample(tmp_path / f"seed{seed}", "lmdb", "--seed", str(seed))

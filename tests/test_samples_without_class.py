@@ -21,14 +21,14 @@ from click.testing import CliRunner
 from PIL import Image
 
 from packer.cli import main
-from packer.coco import scan_coco
-from packer.imagelist import scan_list
-from packer.rows import Row, pack_rows
-from packer.verify import verify_dataset
+from packer.info.verify import verify_dataset
+from packer.scan.rows import Row, pack_rows
+from packer.sources.coco import scan_coco
+from packer.sources.imagelist import scan_list
 from readers import make_loader, mix, open_dataset, open_iterable
 from readers.errors import ImgpackError
 from readers.formats.registry import format_names, formats_storing_fields
-from readers.manifest import read_manifest
+from readers.store.manifest import read_manifest
 from tests.cocodata import draw_rectangles, rect_of
 
 DEEP = "[" * 2500 + "]" * 2500  # deeper than Python's JSON parser can go

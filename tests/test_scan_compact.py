@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLE_DATA
 
-from packer.pack_order import order_record
-from packer.progress import fingerprint
-from packer.source import IMAGE_EXTENSIONS, SourceItem, SourceScan, scan_folder
-from packer.source_items import SourceItems
+from packer.output.pack_order import order_record
+from packer.output.progress import fingerprint
+from packer.scan.source_items import SourceItems
+from packer.sources.source import IMAGE_EXTENSIONS, SourceItem, SourceScan, scan_folder
 from readers.formats.packed_sample import PreprocessSpec
 
 WEIRD = [  # bytes: some names are not UTF-8

@@ -13,9 +13,9 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from readers import CudaPrefetcher, make_generator, seed_everything, seed_worker
-from readers.decode import decode_array, decode_record
 from readers.errors import ChecksumError
-from readers.record import Record, pack_record, unpack_record
+from readers.image.decode import decode_array, decode_record
+from readers.store.record import Record, pack_record, unpack_record
 from tests.conftest import SAMPLE_DATA
 
 

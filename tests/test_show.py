@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer.show import BACKGROUND, CAPTION, GAP, contact_sheet, pick_samples
-from readers.decode import decode_array
+from packer.info.show import BACKGROUND, CAPTION, GAP, contact_sheet, pick_samples
 from readers.errors import ImgpackError
 from readers.formats import open_reader
+from readers.image.decode import decode_array
 from tests.conftest import run_cli
 
 SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
@@ -75,7 +75,7 @@ def test_boxes_drawn_and_non_ascii_class_names_have_glyphs(tmp_path):
     from click.testing import CliRunner
 
     from packer.cli import main
-    from packer.show import BOX, caption_font
+    from packer.info.show import BOX, caption_font
     from readers import open_dataset
     from tests.cocodata import coco_pack_args, make_coco
 
@@ -106,7 +106,7 @@ def test_boxes_drawn_and_non_ascii_class_names_have_glyphs(tmp_path):
 
 
 def test_captions_drawn_under_the_class_line(tmp_path):
-    from packer.rows import Row, pack_rows
+    from packer.scan.rows import Row, pack_rows
     from tests.conftest import SAMPLE_DATA
 
     files = sorted(p for p in SAMPLE_DATA.rglob("*.jpg"))[:4]

@@ -15,15 +15,15 @@ from conftest import SAMPLE_DATA, packed_items, run_cli
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from packer.engine import pack_folder
-from packer.preprocess import exif_orientation
-from packer.source import scan_folder
+from packer.engine.engine import pack_folder
+from packer.sources.source import scan_folder
+from packer.transform.preprocess import exif_orientation
 from readers import open_dataset, open_iterable
-from readers.decode import decode_array
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import read_manifest
+from readers.image.decode import decode_array
+from readers.store.manifest import read_manifest
 
 SPLIT = {"samples_per_shard": 10}
 

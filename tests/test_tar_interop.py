@@ -8,8 +8,8 @@ import numpy as np
 import webdataset as wds
 from PIL import Image
 
-from readers.decode import decode_array
 from readers.formats import open_reader
+from readers.image.decode import decode_array
 
 
 def shards(root):

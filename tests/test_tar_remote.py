@@ -12,10 +12,10 @@ import pytest
 from torch.utils.data import DataLoader
 
 from readers import open_dataset, open_iterable
-from readers.checksums import file_sha256
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
-from readers.remote import RemoteError, bounded_options
+from readers.remote.remote import RemoteError, bounded_options
+from readers.store.checksums import file_sha256
 from tests.s3server import BUCKET
 
 SPLIT = {"samples_per_shard": 10}

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from packer.cli import main
 from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iterable
 from readers.errors import OptionError
+from readers.fields.targets import tv_tensors
 from readers.formats.registry import formats_storing_fields
-from readers.targets import tv_tensors
 from tests.cocodata import coco_pack_args, make_coco
 
 KEYS = {"boxes", "labels", "image_id", "iscrowd", "area"}

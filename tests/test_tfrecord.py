@@ -16,13 +16,13 @@ from tfrecord.reader import tfrecord_loader
 from tfrecord.tools.tfrecord2idx import create_index
 
 from readers import open_dataset, read_manifest
-from readers.checksums import file_sha256
-from readers.decode import decode_array
 from readers.errors import ChecksumError
 from readers.formats import open_reader
 from readers.formats.tfrecord.example import decode_example, encode_example
 from readers.formats.tfrecord.reader import scan_records
-from readers.manifest import MANIFEST_NAME, SEAL_FIELD, seal_of
+from readers.image.decode import decode_array
+from readers.store.checksums import file_sha256
+from readers.store.manifest import MANIFEST_NAME, SEAL_FIELD, seal_of
 from tests.conftest import packed_items, run_cli
 
 PNG = {"resize": 40, "crop": 40, "encode": "png"}

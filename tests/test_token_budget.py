@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from readers import OptionError, ResumeError, TokenBudget, make_loader, open_iterable
-from readers.token_budget import patch_grids
-from readers.token_order import EMPTY, token_summary
+from readers.bucketing.token_budget import patch_grids
+from readers.bucketing.token_order import EMPTY, token_summary
 from tests.test_boxes_read import FIELDS, check_frames
 from tests.test_buckets import SHAPES, pack_aspects, pack_coco, stored_size_of
 
@@ -228,7 +228,7 @@ def test_boxes_frame_the_drawn_rectangles_at_every_length(coco_lmdb):
 
 
 def test_the_summary_counts_every_sample_and_the_padding_the_read_makes(aspects):
-    from readers.bucket_plan import sample_sizes
+    from readers.bucketing.bucket_plan import sample_sizes
     from readers.formats import open_reader
 
     it = open_iterable(aspects, buckets=BUDGET, seed=7, world_size=2, rank=0)

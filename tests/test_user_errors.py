@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from packer.engine import pack_folder
+from packer.engine.engine import pack_folder
 from readers import make_loader, mix, open_dataset, open_iterable
 from readers.dali import dali_loader
 from readers.errors import CallError, ImgpackError, OptionError
-from readers.quality import shuffle_quality
+from readers.order.quality import shuffle_quality
 from readers.spec import ReadSpec
 
 FIXED = {"resize": 40, "crop": 32}

@@ -1,4 +1,5 @@
-"""Views (readers/views.py, packer/views.py): subsets of a dataset without copies, read like datasets.
+"""Views (readers/datasets/views.py, packer/edit/views.py): subsets of a dataset without copies, read
+like datasets.
 
 Every format from the registry: a view reads exactly its parent's samples at its indices
 (pixels, labels, fields), in few parent reads, with no image bytes of its own; resume,
@@ -20,16 +21,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader
 
-from packer.engine import pack_folder
-from packer.views import write_view
+from packer.edit.views import write_view
+from packer.engine.engine import pack_folder
 from readers import make_loader, mix, open_dataset, open_iterable, source_paths
+from readers.datasets.views import ViewReader
 from readers.errors import OptionError
 from readers.formats import format_names, open_reader
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import formats_storing_fields
-from readers.manifest import read_manifest
-from readers.resume import ResumeError
-from readers.views import ViewReader
+from readers.order.resume import ResumeError
+from readers.store.manifest import read_manifest
 from tests.helpers_views import FIXED, PICKED, spec_of, view_of
 
 
@@ -118,7 +119,7 @@ def test_consecutive_view_positions_are_read_as_few_parent_blocks(parent, tmp_pa
 
 
 def test_fields_ride_along(tmp_path):
-    from packer.imagelist import scan_list
+    from packer.sources.imagelist import scan_list
     from tests.cocodata import draw_rectangles
 
     (tmp_path / "images").mkdir()

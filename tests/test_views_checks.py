@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from packer.engine import pack_folder
-from packer.verify import verify_dataset
-from packer.views import read_index_list, split_views, write_view
+from packer.edit.views import read_index_list, split_views, write_view
+from packer.engine.engine import pack_folder
+from packer.info.verify import verify_dataset
 from readers import open_iterable, source_paths
+from readers.datasets.views import ViewParentError, check_parent, parent_record
 from readers.errors import ChecksumError, ImgpackError, OptionError
 from readers.formats import format_names, open_reader
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import read_manifest
-from readers.views import ViewParentError, check_parent, parent_record
+from readers.store.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import parts_hold_the_images
 from tests.helpers_views import FIXED, PICKED, fresh_parent, view_of

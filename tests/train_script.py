@@ -41,13 +41,14 @@ def run_rank(rank: int, args: argparse.Namespace) -> None:
         )
     ckpt_path = Path(args.out) / f"rank{rank}.pt"
     batch_options: dict = {"batch_size": BATCH} if args.mode == "batch" else {}
-    if args.buckets:  # AREA,MULTIPLE[,GROUP[,LEFTOVER]]: a bucketed read (readers/buckets.py)
+    if args.buckets:  # AREA,MULTIPLE[,GROUP[,LEFTOVER]]: a bucketed read (readers/bucketing/buckets.py)
         area, multiple, group, leftover = (args.buckets.split(",") + ["", ""])[:4]
         batch_options["buckets"] = AspectBuckets(
             area=int(area), multiple=int(multiple), group=int(group) if group else None,
             leftover=leftover or "pad",
         )
-    if args.tokens:  # PATCH,BUDGET,L1:L2...: a token-budget read (readers/token_budget.py), its own sizes
+    # PATCH,BUDGET,L1:L2...: a token-budget read (readers/bucketing/token_budget.py), its own sizes
+    if args.tokens:
         patch, budget, lens = args.tokens.split(",")
         lengths = tuple(int(n) for n in lens.split(":"))
         batch_options = {"buckets": TokenBudget(patch=int(patch), budget=int(budget), seq_lens=lengths)}

@@ -19,11 +19,11 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from packer.preprocess import resize_image, target_size
-from packer.source import scan_folder
+from packer.sources.source import scan_folder
+from packer.transform.preprocess import resize_image, target_size
 from readers.errors import DecodeError
 from readers.formats.packed_sample import PreprocessSpec
-from readers.geometry import TRIES, RandomResizedCrop, centre_window, flip_probability
+from readers.image.geometry import TRIES, RandomResizedCrop, centre_window, flip_probability
 
 
 class ImageFolderBaseline(Dataset):
@@ -104,7 +104,7 @@ class ImageFolderBaseline(Dataset):
             ) from None
         if self.decode == "pil":
             return img, label
-        from readers.decode import to_output
+        from readers.image.decode import to_output
 
         array = np.asarray(img)
         return to_output(array[:, :, None] if array.ndim == 2 else array, self.decode), label

@@ -23,8 +23,8 @@ from typing import Any
 from packer.bench.harness import BenchError, code_env, folder_bytes, machine_info, run_measured
 from packer.bench.pagecache import MemoryCap, dataset_resident, drop_all_caches, evict, read_sequentially
 from readers.errors import OptionError
-from readers.manifest import read_manifest
-from readers.readahead import resolve_budget
+from readers.remote.readahead import resolve_budget
+from readers.store.manifest import read_manifest
 
 DAMON = Path("/sys/kernel/mm/damon/admin/kdamonds")
 
@@ -229,7 +229,7 @@ def cold_command(
     """``pack bench --cold`` / ``--memory-cap``: run, print the table, write the JSON."""
     import click
 
-    from readers.readahead import parse_bytes
+    from readers.remote.readahead import parse_bytes
 
     for path in datasets:
         if not Path(path).is_dir():

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from readers import make_loader, open_iterable
-from readers.iterable import PackedIterable
-from readers.record import Record
+from readers.datasets.iterable import PackedIterable
+from readers.store.record import Record
 
 
 class RecordsOnly(PackedIterable):

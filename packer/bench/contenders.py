@@ -24,9 +24,9 @@ import numpy as np
 from packer.bench.baseline import ImageFolderBaseline, collate_list
 from packer.bench.harness import BenchError, folder_bytes
 from packer.bench.model import DatasetInfo, Settings, Target
-from packer.order_info import read_quality
+from packer.info.order_info import read_quality
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import read_manifest
+from readers.store.manifest import read_manifest
 
 
 def fixed_size(preprocess: dict[str, Any] | None) -> tuple[int, int] | None:
@@ -101,8 +101,8 @@ def batch_path(path: str | os.PathLike, batch_size: int, workers: int, **read_op
     DataLoader passes them on (``batch_size=None``, ``make_loader``'s ``prefetch_factor``)."""
     from torch.utils.data import DataLoader
 
-    from readers.iterable import open_iterable
-    from readers.loader import WHOLE_BATCH_PREFETCH
+    from readers.datasets.iterable import open_iterable
+    from readers.datasets.loader import WHOLE_BATCH_PREFETCH
 
     it = open_iterable(path, batch_size=batch_size, **read_options)
     options = {**_persistent(workers), "prefetch_factor": WHOLE_BATCH_PREFETCH} if workers else {}
@@ -116,7 +116,7 @@ def sample_path(
     None stacks them, ``collate_list`` keeps a list)."""
     from torch.utils.data import DataLoader
 
-    from readers.iterable import open_iterable
+    from readers.datasets.iterable import open_iterable
 
     it = open_iterable(path, **read_options)
     loader = DataLoader(
@@ -138,7 +138,7 @@ def baseline_path(
     """The image folder read like torchvision's ImageFolder, shuffled in imgpack's order."""
     from torch.utils.data import DataLoader
 
-    from readers.dataset import DeterministicSampler
+    from readers.datasets.dataset import DeterministicSampler
 
     dataset = ImageFolderBaseline(root, preprocess, decode, **augment)
     sampler = DeterministicSampler(len(dataset), shuffle=True, seed=seed)
@@ -193,7 +193,7 @@ def measure_random_access(target: Target, settings: Settings) -> dict[str, Any] 
         def make(kind: str) -> Any:
             return ImageFolderBaseline(target.path, target.preprocess, kind, skip=target.skip)
     else:
-        from readers.dataset import open_dataset
+        from readers.datasets.dataset import open_dataset
 
         def make(kind: str) -> Any:
             return open_dataset(target.path, decode=kind)

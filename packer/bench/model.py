@@ -44,7 +44,7 @@ class Settings:
         """``crop=``/``flip=`` for the readers: the training augmentation, or nothing."""
         if self.augment == "none":
             return {}
-        from readers.geometry import RandomResizedCrop
+        from readers.image.geometry import RandomResizedCrop
 
         return {"crop": RandomResizedCrop(self.augment_size), "flip": True}
 
@@ -59,7 +59,7 @@ class Target:
     preprocess: dict[str, Any] | None = None  # baseline only: the resize/crop to apply on the fly
     skip: tuple[str, ...] = ()  # baseline only: the source files the packer skipped (relative)
     # packed JPEG with augment=rrc: False decodes each JPEG whole before cropping (the row that
-    # shows what decoding only the crop window, readers.jpegwindow, gains)
+    # shows what decoding only the crop window, readers.image.jpegwindow, gains)
     window_decode: bool = True
 
 
@@ -76,7 +76,7 @@ class DatasetInfo:
     read_path: str
     output_size: list[int] | None  # [height, width] when every image has it
     random_access: dict[str, Any] | None = None
-    read_quality: dict[str, Any] | None = None  # readers.quality figures of the default read
+    read_quality: dict[str, Any] | None = None  # readers.order.quality figures of the default read
 
 
 @dataclass

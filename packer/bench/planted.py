@@ -38,7 +38,7 @@ DISTINCT_BITS = 16  # sample_data holds variants of some photos (PNG, CMYK, larg
 def photos(limit: int | None = None) -> list[Image.Image]:
     """The repository's distinct photos, in RGB, largest side at most 512 (sorted by path): a
     photo whose hash is within DISTINCT_BITS of one taken before is a variant, left out."""
-    from readers.sample_hashes import phash_of_image
+    from readers.store.sample_hashes import phash_of_image
 
     paths = sorted(p for p in PHOTO_ROOT.rglob("*") if p.suffix.lower() in PHOTO_SUFFIXES)
     out: list[Image.Image] = []

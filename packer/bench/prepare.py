@@ -22,8 +22,8 @@ def ensure_packed(
 ) -> Path:
     """``out``, packed from ``src`` with ``spec`` (a ``PreprocessSpec``) unless an earlier run
     left a complete dataset there (its manifest is written last)."""
-    from packer.engine import pack_folder
-    from readers.manifest import MANIFEST_NAME
+    from packer.engine.engine import pack_folder
+    from readers.store.manifest import MANIFEST_NAME
 
     out = Path(out)
     if not (out / MANIFEST_NAME).exists():

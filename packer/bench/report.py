@@ -88,7 +88,7 @@ def datasets_table(report: BenchReport) -> Table:
 
 
 def _pair(mix: dict, key: str) -> str:
-    """A read-quality figure beside its i.i.d. value (``readers.quality``)."""
+    """A read-quality figure beside its i.i.d. value (``readers.order.quality``)."""
     return f"{mix[key]:.1f} ({mix['iid_' + key]:.1f})" if mix else "-"
 
 

@@ -23,8 +23,8 @@ from typing import Any
 from packer.bench.contenders import dali_module, describe, fixed_size, measure_random_access, open_loader
 from packer.bench.harness import BenchError, MemorySampler, machine_info, run_isolated, time_epochs
 from packer.bench.model import BASELINE_NAME, BenchReport, Run, Settings, Target
-from readers import jpegwindow
-from readers.manifest import read_manifest
+from readers.image import jpegwindow
+from readers.store.manifest import read_manifest
 
 
 def measure_loader(target: Target, workers: int, settings: Settings) -> Run:

@@ -1,11 +1,12 @@
 """``buckets=`` on DALI's own pipeline: each batch one bucket, each sample resized to it in DALI.
 
 The batches are ``open_iterable``'s with the same buckets: the order is the same
-``readers.bucket_order.BucketOrder`` (built by ``readers.bucket_plan.bucket_order`` from the stored
+``readers.bucketing.bucket_order.BucketOrder`` (built by ``readers.bucketing.bucket_plan.bucket_order``
+from the stored
 sizes), so a batch holds samples of one bucket, every rank reads one bucket at each step, and a
 state resumes exactly as ``open_iterable``'s does (its ``"buckets"`` key must match). The geometry
-is the read's one ``readers.bucket_geometry.BucketGeometry`` (``ReadSpec.geometry``, the batch
-path's): per sample, the cover window of the stored image (``readers.buckets.cover_window``,
+is the read's one ``readers.bucketing.bucket_geometry.BucketGeometry`` (``ReadSpec.geometry``, the batch
+path's): per sample, the cover window of the stored image (``readers.bucketing.buckets.cover_window``,
 centred or at a drawn offset) and a flip, a function of (seed, epoch, sample index).
 
 ``BucketFeed`` hands DALI, per sample, that window (``anchor``, ``shape``: stored pixels) and its
@@ -24,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from readers.bucket_geometry import BucketGeometry
-from readers.bucket_order import BucketOrder
-from readers.bucket_plan import bucket_order, sample_sizes
+from readers.bucketing.bucket_geometry import BucketGeometry
+from readers.bucketing.bucket_order import BucketOrder
+from readers.bucketing.bucket_plan import bucket_order, sample_sizes
+from readers.bucketing.token_budget import TokenBudget
 from readers.dali.feed import BatchFeed, Plan
 from readers.dali.fields import OUTPUTS
 from readers.errors import OptionError
-from readers.record import Record
-from readers.token_budget import TokenBudget
+from readers.store.record import Record
 
 if TYPE_CHECKING:
     import os

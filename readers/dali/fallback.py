@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from readers.iterable import PackedIterable
-from readers.loader import make_loader
-from readers.resume import ResumeError
+from readers.datasets.iterable import PackedIterable
+from readers.datasets.loader import make_loader
+from readers.order.resume import ResumeError
 from readers.spec import ReadSpec
 
 

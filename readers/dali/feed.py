@@ -1,11 +1,11 @@
 """What the DALI loader and its CPU fallback both consume: the batches of an epoch and their geometry.
 
 The geometry (resize targets, centre crop offsets, random windows and flips) is the read's one
-``readers.geometry.Geometry``, the object the batch path and the DALI fields use too (made once by
+``readers.image.geometry.Geometry``, the object the batch path and the DALI fields use too (made once by
 ``dali_loader``, its crop fit-checked there), so the same arguments crop the same pixels.
 
 ``BatchFeed`` is the one description of an epoch for ``readers.dali``: which samples go in
-batch i (from ``readers.order``, plus the last-batch policy), their records (the format
+batch i (from ``readers.order.order``, plus the last-batch policy), their records (the format
 reader's ``read_many``), and the size every image is resized to. The DALI pipeline calls it as
 an ``external_source``; the CPU fallback reads the same batches and applies the same geometry in
 torch, so both paths see the same samples in the same order. It is picklable and opens the
@@ -23,10 +23,10 @@ import numpy as np
 from readers.dali.fields import OUTPUTS, carried
 from readers.errors import ImgpackError, OptionError
 from readers.formats import open_reader
-from readers.geometry import Augment, Geometry, RandomResizedCrop
-from readers.order import OrderSpec, num_chunks
-from readers.record import Record
+from readers.image.geometry import Augment, Geometry, RandomResizedCrop
+from readers.order.order import OrderSpec, num_chunks
 from readers.spec import ReadSpec
+from readers.store.record import Record
 
 LAST_BATCH = ("pad", "drop", "partial")
 # Stored as pixels (or as BMP, which NumPy parses at memcpy speed): fed to DALI without decoding.
@@ -108,7 +108,7 @@ class BatchFeed:
                 idx = idx[:wanted]
             elif self.last_batch == "pad" and len(idx) < wanted:
                 # Wraps around this rank's order of the epoch from its start (a resumed epoch pads
-                # like an uninterrupted one), as readers.record_stream does.
+                # like an uninterrupted one), as readers.batch.record_stream does.
                 idx = np.concatenate([idx, np.resize(self.order.epoch_order(epoch), wanted - len(idx))])
             self._positions = (epoch, idx)
         return self._positions[1]
@@ -215,7 +215,7 @@ class BatchFeed:
         epoch = self.base_epoch + info.epoch_idx
         records, plan = self.batch(epoch, info.iteration)
         if self.encoding in PIXEL_ENCODINGS:
-            from readers.decode import decode_array, naming_decode_errors
+            from readers.image.decode import decode_array, naming_decode_errors
 
             indices = self.batch_indices(epoch, info.iteration)
             decoded = (decode_array(r) for r in records)

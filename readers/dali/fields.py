@@ -13,12 +13,12 @@ through as they are:
   the window follows from the stored size, as on the batch path).
 
 A field's bytes (never pickle): number lists and boxes as their little-endian int64 / float32
-array (``readers.fields.typed``'s dtypes), "int" and "float" as their exact decimal text, "str"
+array (``readers.fields.fields.typed``'s dtypes), "int" and "float" as their exact decimal text, "str"
 as UTF-8, "json" as canonical JSON. They cost a copy each way, where a JSON round trip cost tens of
 microseconds per sample in this process, the one every DALI batch passes through.
 
 ``DaliFields`` turns a batch of them into the target of every batch path,
-``{"label": labels, name: collated...}``: ``readers.fields.typed``, then the read's
+``{"label": labels, name: collated...}``: ``readers.fields.fields.typed``, then the read's
 ``Geometry.sample_geometries`` (the one the batch assembler uses) and the ``FieldPlan`` of
 ``open_iterable``, so boxes, ``pad_fields``, ``min_visibility`` and ``"geometry"`` are those of
 the ``dataloader`` path, number for number.
@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from readers.fields import as_tensors, typed
-from readers.geometry import Geometry, Window
-from readers.record import Record
+from readers.fields.fields import as_tensors, typed
+from readers.image.geometry import Geometry, Window
+from readers.store.record import Record
 
 if TYPE_CHECKING:
-    from readers.sample_fields import FieldPlan
+    from readers.fields.sample_fields import FieldPlan
 
 OUTPUTS = ("fields", "fields_length", "geometry")
 GEOMETRY_COLUMNS = 7
@@ -108,7 +108,7 @@ class DaliFields:
     """The target of a DALI batch with ``fields=``, from its carried outputs; see the module docstring."""
 
     def __init__(self, plan: FieldPlan, geometry: Geometry, stored: Mapping[str, str]):
-        self.plan = plan  # built as open_iterable builds it (readers.record_stream.field_plan)
+        self.plan = plan  # built as open_iterable builds it (readers.batch.record_stream.field_plan)
         self.geometry = geometry  # the read's one geometry, the feed's
         # The stored fields the feed carries: those the plan hands out (boxes among them).
         self.schema = {n: stored[n] for n in plan.names if n in stored}

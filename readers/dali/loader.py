@@ -18,12 +18,12 @@ Three paths, one output (``loader.backend`` says which was taken; a one-line log
   ``open_iterable``'s, bit for bit (CPU tensors).
 
 The options are one ``readers.spec.ReadSpec``, checked when ``dali_loader`` is called. The DALI
-paths read the batches ``readers.dali.feed.BatchFeed`` plans (``readers.order`` for the order,
+paths read the batches ``readers.dali.feed.BatchFeed`` plans (``readers.order.order`` for the order,
 the rank split and the epochs; the format reader's ``read_many`` for the bytes), the same samples
 in the same order as ``open_iterable``: labels and order are identical on all three paths, and
 DALI's pixels differ from the CPU resampler's only by resampling (see docs/dali.md).
 
-Geometry (``readers.geometry``, the same numbers as ``open_iterable``): ``resize=N`` scales the
+Geometry (``readers.image.geometry``, the same numbers as ``open_iterable``): ``resize=N`` scales the
 shorter side to N (the other side rounded to nearest, ties to even), ``resize=(H, W)`` is exact;
 ``crop`` is a centre crop (N or (H, W), offsets rounded down) or a
 ``readers.RandomResizedCrop(size)``: a random window of the stored image per sample, resized to
@@ -47,7 +47,7 @@ wrapping around this rank's order so every batch has ``batch_size`` images, and
 
 Where the bytes come from: the format reader of ``open_iterable``, opened with ``verify`` and
 ``reader_options``, in this process and in every worker. A tar dataset at an fsspec URL is read
-through ``readers.remote`` like everywhere else: ranged requests, or with
+through ``readers.remote.remote`` like everywhere else: ranged requests, or with
 ``reader_options={"cache_dir": ...}`` whole shards downloaded once into the local cache and
 checked against the manifest's sha256 (what DALI's own tar reader, which needs local files,
 cannot do).
@@ -62,19 +62,19 @@ from typing import Any
 
 import torch
 
-from readers.bucket_plan import check_bucket_state
+from readers.batch.record_stream import field_plan
+from readers.bucketing.bucket_plan import check_bucket_state
 from readers.dali.buckets import bucketed
 from readers.dali.fallback import FallbackLoader
 from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
 from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
 from readers.dali.fields import DaliFields
 from readers.dali.watch import named_failure, watched, worker_death
-from readers.epoch_cursor import EpochCursor, dataset_identity
+from readers.datasets.iterable import PackedIterable
 from readers.errors import CallError, ImgpackError, OptionError
 from readers.formats import open_reader
-from readers.iterable import PackedIterable
-from readers.record_stream import field_plan
-from readers.resume import Pass, ResumeError, ResumePoint
+from readers.order.epoch_cursor import EpochCursor, dataset_identity
+from readers.order.resume import Pass, ResumeError, ResumePoint
 from readers.spec import ReadSpec
 
 logger = logging.getLogger("imgpack.dali")
@@ -147,7 +147,7 @@ class DaliLoader(EpochCursor):
     """Iterates ``(images, labels)`` batches of one rank (``(images, target)`` with fields=); see above.
 
     Its epochs and resume follow ``open_iterable``'s rules, on the same code
-    (``readers.epoch_cursor.EpochCursor``); it resumes at batch boundaries."""
+    (``readers.order.epoch_cursor.EpochCursor``); it resumes at batch boundaries."""
 
     def __init__(
         self,
@@ -185,7 +185,7 @@ class DaliLoader(EpochCursor):
         resume = self._pending_resume()  # pending only for the epoch chosen: self.epoch
         return self.feed.batches_from(self.epoch, resume.position if resume is not None else 0)
 
-    # -- resume (the rules of readers.resume, kept by readers.epoch_cursor) ----------------------
+    # -- resume (the rules of readers.order.resume, kept by readers.order.epoch_cursor) ----------------------
     def identity(self) -> dict[str, Any]:
         return {**dataset_identity(self.feed.reader.manifest), **self.feed.identity}
 

@@ -100,7 +100,7 @@ def build_pipeline(
             images = fn.resize(images, size=out["sizes"], **resize)
         if feed.random_crop is not None:
             images = fn.resize(images, size=[float(v) for v in feed.random_crop.out], **resize)
-        elif feed.crop is not None:  # the centre window, at the offsets readers.geometry computed
+        elif feed.crop is not None:  # the centre window, at the offsets readers.image.geometry computed
             images = fn.slice(images, out["anchor"], out["shape"], **window)
         cmn = {"dtype": types.UINT8}
         if mean is not None:

@@ -81,7 +81,7 @@ def worker_death(iterator: Any, path: Any) -> ImgpackError | None:
 def named_failure(feed: BatchFeed, epoch: int, exc: RuntimeError, batch: int, prefetch: int) -> ImgpackError:
     """A DecodeError naming the sample that failed in DALI's pipeline, found by decoding batch
     ``batch`` of ``epoch`` and the ones DALI may have prefetched past it with imgpack's own decoder."""
-    from readers.decode import decode_array, naming_decode_errors
+    from readers.image.decode import decode_array, naming_decode_errors
 
     for i in range(batch, min(batch + prefetch + 2, feed.batches_in(epoch))):
         records = feed.records(epoch, i)

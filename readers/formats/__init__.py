@@ -25,8 +25,8 @@ from readers.formats.registry import (
     registered,
     unregister_format,
 )
-from readers.manifest import Manifest, read_manifest
-from readers.remote import is_url
+from readers.remote.remote import is_url
+from readers.store.manifest import Manifest, read_manifest
 
 
 def reader_class(format_name: str) -> type[FormatReader]:
@@ -43,15 +43,18 @@ def open_reader(
 
     ``path`` may be an fsspec URL (``s3://bucket/ds``); ``options`` go to the format's reader:
     every reader takes ``storage_options``, ``cache_dir`` and ``cache_size`` for remote datasets
-    (see readers.remote_parts), some take more (tfrecord: ``check_crc``). ``only_samples``: the
-    sample indices that will be read (a view's, readers/views.py): only the parts holding them
+    (see readers.remote.remote_parts), some take more (tfrecord: ``check_crc``). ``only_samples``: the
+    sample indices that will be read (a view's, readers/datasets/views.py): only the parts holding them
     are checked on open.
     """
     identity = None if is_url(path) else dir_identity(path)  # before the manifest is read
     manifest: Manifest = read_manifest(path, options.get("storage_options"))
-    from readers.views import VIEW_FORMAT, open_view  # here: readers.views imports formats.base
+    from readers.datasets.views import (  # here: readers.datasets.views imports formats.base
+        VIEW_FORMAT,
+        open_view,
+    )
 
-    if manifest.format == VIEW_FORMAT:  # a subset of another dataset (readers/views.py)
+    if manifest.format == VIEW_FORMAT:  # a subset of another dataset (readers/datasets/views.py)
         view = open_view(path, manifest, open_reader, verify=verify, **options)
         view.pin_directory(identity)
         return view

@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from readers.checksums import REMOTE_FIX, check_against_manifest, sha256_of_bytes
 from readers.errors import ChecksumError, ManifestError
-from readers.fields import decode, typed
+from readers.fields.fields import decode, typed
 from readers.formats.label_file import LABELS_DTYPE, parse_entry
 from readers.formats.part_files import PartFiles, check_regular, read_all
-from readers.readahead import Extent
-from readers.record import Record
+from readers.remote.readahead import Extent
+from readers.store.checksums import REMOTE_FIX, check_against_manifest, sha256_of_bytes
+from readers.store.record import Record
 
 # Indices closer than this are read as one block and the unused records in between dropped:
 # one sequential read beats several small ones.
@@ -40,7 +40,7 @@ class FormatReader(PartFiles):
         return -1
 
     def typed_fields(self, record: Record, index: int) -> Record:
-        """``record`` with its stored fields decoded to typed values (readers/fields.py)."""
+        """``record`` with its stored fields decoded to typed values (readers/fields/fields.py)."""
         stored = record.fields
         if isinstance(stored, dict):
             return record._replace(fields=typed(self.manifest.fields, stored))
@@ -197,7 +197,7 @@ class FormatReader(PartFiles):
         return index
 
     def extents(self, indices: np.ndarray) -> list[Extent] | None:
-        """The bytes reading ``indices`` will touch, for read-ahead hints (readers/readahead.py),
+        """The bytes reading ``indices`` will touch, for read-ahead hints (readers/remote/readahead.py),
         or None while a part they lie in is not open in this process (a hint never opens one).
         A format without them (this default) is read unhinted."""
         return []
@@ -218,7 +218,7 @@ class FormatReader(PartFiles):
 
     def block_runs(self, indices: Sequence[int] | np.ndarray) -> list[tuple[int, int]]:
         """The blocks [start, stop) ``read_many(indices)`` reads: indices closer than ``merge_gap``
-        in one block (what remote reads plan ahead from, readers/remote_ahead.py)."""
+        in one block (what remote reads plan ahead from, readers/remote/remote_ahead.py)."""
         unique = np.unique(np.asarray(indices, dtype=np.int64))
         if unique.size == 0:
             return []
@@ -229,11 +229,11 @@ class FormatReader(PartFiles):
 
     def fetch_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
         """A context in which reads ``read_many(planned[0])``, ``read_many(planned[1])``... may be
-        served from data fetched ahead (remote datasets; readers/remote_ahead.py). Through a
+        served from data fetched ahead (remote datasets; readers/remote/remote_ahead.py). Through a
         ``cache_dir``: the parts downloaded ahead, in the order ``planned`` first needs them."""
         from contextlib import nullcontext
 
-        from readers import remote_ahead
+        from readers.remote import remote_ahead
 
         if self.parts is None or not self.manifest.shards:
             return nullcontext()

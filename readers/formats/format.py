@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from readers.formats.pack_option import SAMPLES_PER_SHARD, SHARDS, PackOption
-from readers.manifest import ENCODINGS
+from readers.store.manifest import ENCODINGS
 
 # Pack options every format takes: how the dataset is cut into shards.
 SHARDING_OPTIONS = (SHARDS, SAMPLES_PER_SHARD)
-# Reader options every reader takes (remote datasets; see readers.remote_parts).
+# Reader options every reader takes (remote datasets; see readers.remote.remote_parts).
 COMMON_READER_OPTIONS = ("cache_dir", "cache_size", "storage_options")
 
-# How a finished part reaches its place in a URL output (packer/remote_output.py):
+# How a finished part reaches its place in a URL output (packer/output/remote_output.py):
 # "rename": server-side copy + delete of the part files to the shard names (no download);
 # "as-is": the uploaded part files are the shards; "local": the parts are downloaded, finished
 # locally by the writer and uploaded again (formats whose finish rewrites files).
@@ -57,7 +57,7 @@ class Format:
     reader_options: tuple[str, ...] = ()  # the reader's own, besides COMMON_READER_OPTIONS
     # "module:function(fileobj, where) -> (count, index text)" rebuilding a shard's index (reindex).
     indexer: str | None = None
-    # Whether it stores per-sample fields (readers/fields.py) in its own idiom; a pack with
+    # Whether it stores per-sample fields (readers/fields/fields.py) in its own idiom; a pack with
     # fields to a format that does not is refused (FormatWriter.with_fields).
     stores_fields: bool = False
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from readers.checksums import sha256_of_bytes
 from readers.errors import ManifestError
+from readers.store.checksums import sha256_of_bytes
 
 LABELS_NAME = "labels.i64"
 LABELS_DTYPE = "<i8"

@@ -1,6 +1,6 @@
 """What a format's writer is handed: the ``PackedSample`` (one preprocessed image and its facts)
 and the ``PreprocessSpec`` that made it (stored in the manifest, so a dataset records exactly how
-it was made). Plain data only: the image processing that makes samples is packer/preprocess.py.
+it was made). Plain data only: the image processing that makes samples is packer/transform/preprocess.py.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from readers.errors import OptionError
-from readers.manifest import ENCODINGS
+from readers.store.manifest import ENCODINGS
 
 RESIZE_MODES = ("shorter", "longer", "exact")
-# "auto": the readers' resampler (readers.resample), so ``--resize N`` at pack time and
+# "auto": the readers' resampler (readers.image.resample), so ``--resize N`` at pack time and
 # ``resize=N`` at read time of a lossless original give the same pixels; the others are Pillow's.
 AUTO_RESAMPLE = "auto"
 PILLOW_RESAMPLERS = ("nearest", "bilinear", "bicubic", "lanczos")
@@ -92,10 +92,11 @@ class PackedSample:
     encoding: str
     original_size: tuple[int, int]  # (width, height) of the source after EXIF orientation
     upscaled: bool = False  # enlarged on the way (only with --upscale, or --resize-mode exact)
-    dataset_index: int = -1  # its index in the dataset, given when its part is written (packer/parts.py)
-    fields: str = ""  # the sample's fields as canonical JSON (readers.fields.encode), "" for none
+    # its index in the dataset, given when its part is written (packer/engine/parts.py)
+    dataset_index: int = -1
+    fields: str = ""  # the sample's fields as canonical JSON (readers.fields.fields.encode), "" for none
     # The source's EXIF orientation (1-8, 1 when it has none): the stored pixels are upright, so a
-    # box given in the file's raw pixel grid turns with them (packer.box_geometry.orient_boxes).
+    # box given in the file's raw pixel grid turns with them (packer.transform.box_geometry.orient_boxes).
     orientation: int = 1
-    phash: int = 0  # the 64-bit perceptual hash of the stored pixels (readers/sample_hashes.py)
+    phash: int = 0  # the 64-bit perceptual hash of the stored pixels (readers/store/sample_hashes.py)
     digest: bytes = b""  # the exact content hash of ``data``

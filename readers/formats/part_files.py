@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from readers.checksums import check_against_manifest, file_sha256
 from readers.errors import DatasetReplacedError, ImgpackError, ManifestError, OptionError
-from readers.manifest import Manifest
-from readers.paths import inside
-from readers.remote import is_url
-from readers.remote_parts import RemoteParts
+from readers.remote.remote import is_url
+from readers.remote.remote_parts import RemoteParts
+from readers.store.checksums import check_against_manifest, file_sha256
+from readers.store.manifest import Manifest
+from readers.store.paths import inside
 
 
 def open_shard_file(
@@ -106,7 +106,7 @@ class PartFiles:
         if cache_dir is not None and not self.remote:
             raise OptionError(f"{root}: cache_dir is for datasets behind a URL; this one is local")
         self.root: str | Path = root if is_url(root) else Path(root)
-        # Behind a URL: parts are fetched through this (see readers.remote_parts).
+        # Behind a URL: parts are fetched through this (see readers.remote.remote_parts).
         self.parts = RemoteParts(str(root), storage_options, cache_dir, cache_size) if self.remote else None
         self.cache_dir = cache_dir
         self.manifest = manifest
@@ -140,7 +140,7 @@ class PartFiles:
 
     def checked_parts(self) -> list[tuple[PartFiles, Any]]:
         """(reader, shard) of each part ``pack verify`` checksums: this reader's shards (a view
-        lists its parent's shards that hold its samples, readers/views.py)."""
+        lists its parent's shards that hold its samples, readers/datasets/views.py)."""
         return [(self, shard) for shard in self.manifest.shards]
 
     def location(self, name: str) -> str:

@@ -7,7 +7,7 @@ The sha256 is computed while writing; each part also records its labels as runs 
 part in the progress file). ``finish`` renames every part's files, in order, to the dataset's
 shard names, and writes every label into one label file (readers/formats/label_file.py). A
 format says how a sample is encoded and how its index is written; ``pack reindex`` rebuilds the
-indexes from the shards (packer/reindex.py).
+indexes from the shards (packer/info/reindex.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from readers.errors import ImgpackError
 from readers.formats.label_file import LABELS_DTYPE, LABELS_NAME, labels_entry
 from readers.formats.packed_sample import PackedSample
 from readers.formats.writer_base import FormatWriter, PartResult, PartWriter, add_label_runs
-from readers.manifest import Shard
+from readers.store.manifest import Shard
 
 DEFAULT_SHARD_SIZE = 512 * 10**6
 DEFAULT_SAMPLES_PER_PART = 10_000

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, cast
 from readers.errors import ImgpackError
 from readers.formats.format import Format
 from readers.formats.packed_sample import PackedSample, PreprocessSpec
-from readers.manifest import Shard
+from readers.store.manifest import Shard
 
 
 @dataclass
@@ -94,7 +94,7 @@ class FormatWriter:
     stores_indices: ClassVar[bool] = False
     fields: dict[str, str] = {}  # noqa: RUF012  # the schema of the fields it stores (with_fields)
     classes: list[str] = []  # noqa: RUF012  # the class names its labels index (with_fields)
-    # Appending (packer/append.py): the new samples' first dataset index and first part/shard
+    # Appending (packer/edit/append.py): the new samples' first dataset index and first part/shard
     # number, so their files and stored indices follow the dataset's; 0 for a fresh pack.
     index_base: int = 0
     part_base: int = 0
@@ -115,7 +115,7 @@ class FormatWriter:
     def write_file(self, name: str, data: bytes) -> None:
         """Write the output's file ``name`` at the end of a pack, atomically (a remote output
         replaces this, as it does ``move``)."""
-        from readers.manifest import write_atomic
+        from readers.store.manifest import write_atomic
 
         write_atomic(self.out / name, data)
 
@@ -145,7 +145,7 @@ class FormatWriter:
 
     def extending(self, root: Path, samples: int, shards: int) -> FormatWriter:
         """This writer adding to the dataset at ``root`` (``samples`` samples in ``shards``
-        shards): its samples and part files are numbered after the dataset's (packer/append.py)."""
+        shards): its samples and part files are numbered after the dataset's (packer/edit/append.py)."""
         moved = copy.copy(self)
         moved.base_root, moved.index_base, moved.part_base = Path(root), samples, shards
         return moved
@@ -164,7 +164,7 @@ class FormatWriter:
 
     def parts_hold_kept(self) -> bool:
         """Whether a part holds ``samples_per_part`` kept samples (--samples-per-shard) rather than
-        that many source files (--shards: a count of source files per part); packer/part_plan.py."""
+        that many source files (--shards: a count of source files per part); packer/engine/part_plan.py."""
         return not self.options.get("shards")
 
     def open_part(self, part: int) -> PartWriter:

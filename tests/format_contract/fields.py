@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from packer.verify import verify_dataset
+from packer.info.verify import verify_dataset
 from readers import open_dataset, open_iterable
 from readers.errors import ImgpackError
 from readers.formats import format_named
 from readers.formats.packed_sample import PreprocessSpec
-from readers.manifest import read_manifest
+from readers.store.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA
 from tests.format_contract.packs import spec_for
 from tests.s3server import BUCKET
@@ -24,7 +24,7 @@ CLASSES = ["even", "odd"]
 
 def field_rows() -> list:
     """sample_data's images as rows with fields; every third without a single class (label -1)."""
-    from packer.rows import Row
+    from packer.scan.rows import Row
 
     files = sorted(p for p in SAMPLE_DATA.rglob("*.jpg"))[:12]
     rows = []
@@ -42,9 +42,9 @@ class FieldsContract:
     def test_fields_round_trip_in_every_format_that_stores_them_or_one_clear_refusal(self, fmt, tmp_path):
         from PIL import Image, ImageOps
 
-        from packer.box_geometry import pack_geometry
-        from packer.rows import pack_rows
-        from readers.boxes import transform_boxes
+        from packer.scan.rows import pack_rows
+        from packer.transform.box_geometry import pack_geometry
+        from readers.fields.boxes import transform_boxes
 
         rows, out = field_rows(), tmp_path / "fields"
         spec = PreprocessSpec(**spec_for(fmt))
@@ -79,7 +79,7 @@ class FieldsContract:
 
     @pytest.mark.remote
     def test_fields_are_packed_into_a_bucket_and_read_back_by_url(self, fmt, s3, tmp_path):
-        from packer.rows import pack_rows
+        from packer.scan.rows import pack_rows
 
         fs, options = s3
         url = f"s3://{BUCKET}/fields-{fmt}"

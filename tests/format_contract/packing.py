@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from packer.engine import pack_folder
-from packer.output import foreign_entries
-from packer.reindex import reindex
-from packer.source import scan_folder
-from packer.verify import verify_dataset
+from packer.engine.engine import pack_folder
+from packer.info.reindex import reindex
+from packer.info.verify import verify_dataset
+from packer.output.output import foreign_entries
+from packer.sources.source import scan_folder
 from readers import open_dataset
 from readers.errors import ChecksumError, ImgpackError, ManifestError
 from readers.formats import format_named, format_names, open_reader
@@ -24,7 +24,7 @@ from readers.formats.base import FormatReader
 from readers.formats.format import COMMON_READER_OPTIONS, RemoteFinish
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import open_writer
-from readers.manifest import read_manifest
+from readers.store.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.format_contract.packs import SAMPLES, SPLIT, copy_of, spec_for, stored
 from tests.helpers_damage import edit_manifest, flip_byte

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from packer.append import append_to
-from packer.engine import pack_folder
-from packer.source import scan_folder
+from packer.edit.append import append_to
+from packer.engine.engine import pack_folder
+from packer.sources.source import scan_folder
 from readers.formats.packed_sample import PreprocessSpec
 
 

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from packer.engine import pack_folder
+from packer.engine.engine import pack_folder
 from readers import AspectBuckets, make_loader, open_iterable
-from readers.bucket_plan import sample_sizes, summary
+from readers.bucketing.bucket_plan import sample_sizes, summary
 from readers.dali import dali_loader
 from readers.formats import open_reader
 from readers.formats.packed_sample import PreprocessSpec

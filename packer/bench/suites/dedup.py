@@ -37,7 +37,7 @@ def recall(distinct: int, seed: int = 0) -> dict[str, Any]:
 
     from PIL import Image
 
-    from packer.preprocess import preprocess_file
+    from packer.transform.preprocess import preprocess_file
     from readers.formats.packed_sample import PreprocessSpec
 
     try:
@@ -79,8 +79,8 @@ def _table(hashes: np.ndarray, ids: np.ndarray, copies: np.ndarray) -> dict[str,
 
 
 def overlap(big: int, small: int, distance: int, seed: int = 0) -> dict[str, Any]:
-    from packer.overlap import overlap_pairs
-    from readers.sample_hashes import HASH_RECORD
+    from packer.dedup.overlap import overlap_pairs
+    from readers.store.sample_hashes import HASH_RECORD
 
     rng = np.random.default_rng(seed)
     a = np.zeros(big, dtype=HASH_RECORD)
@@ -113,8 +113,8 @@ def overlap(big: int, small: int, distance: int, seed: int = 0) -> dict[str, Any
 
 
 def cost(images: int, rounds: int, workers: int) -> dict[str, Any]:
-    import packer.preprocess as preprocess
-    from packer.engine import pack_folder
+    import packer.transform.preprocess as preprocess
+    from packer.engine.engine import pack_folder
     from readers.formats.packed_sample import PreprocessSpec
 
     real = (preprocess.phash_of_image, preprocess.digest_of)
@@ -151,9 +151,9 @@ def per_image_share(repeats: int = 300) -> dict[str, float]:
 
     from PIL import Image
 
-    from packer.preprocess import preprocess_file
+    from packer.transform.preprocess import preprocess_file
     from readers.formats.packed_sample import PreprocessSpec
-    from readers.sample_hashes import digest_of, phash_of_image
+    from readers.store.sample_hashes import digest_of, phash_of_image
 
     buffer = io.BytesIO()
     synthetic(1, (640, 480)).save(buffer, format="JPEG", quality=90)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "recall":
         result = recall(args.distinct, args.seed)
     elif args.what == "overlap":
-        from packer.dedup import DEFAULT_NEAR_DISTANCE
+        from packer.dedup.dedup import DEFAULT_NEAR_DISTANCE
 
         result = overlap(
             args.big, args.small, args.distance if args.distance is not None else DEFAULT_NEAR_DISTANCE

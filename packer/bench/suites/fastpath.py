@@ -143,8 +143,8 @@ def export_arrays(lmdb_path: Path, export: Path) -> None:
     """Decoded images (HWC uint8, concatenated) for FFCV's writer, which encodes them itself."""
     import numpy as np
 
-    from readers.decode import decode_array
     from readers.formats import open_reader
+    from readers.image.decode import decode_array
 
     reader = open_reader(lmdb_path)
     export.mkdir(parents=True, exist_ok=True)
@@ -185,7 +185,7 @@ def decode_limit(lmdb: str, batch: int, rounds: int = 2) -> dict[str, float]:
     import simplejpeg
 
     from readers import RandomResizedCrop
-    from readers.batch import BatchAssembler, _mirror, resize_into
+    from readers.batch.batch import BatchAssembler, _mirror, resize_into
     from readers.formats import open_reader
 
     reader = open_reader(lmdb)

@@ -25,7 +25,7 @@ import numpy as np
 import psutil
 from PIL import Image
 
-from packer.rows import Row, pack_rows
+from packer.scan.rows import Row, pack_rows
 from readers import RandomResizedCrop, make_loader, open_iterable
 
 SCHEMA = {"caption": "str", "boxes": "boxes", "categories": "box_ints"}

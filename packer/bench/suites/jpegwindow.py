@@ -3,7 +3,7 @@
 
 For each window scale s (the window covers a fraction s of the stored image, aspect ratio 1 when
 it fits), the batch path's per-image work (decode, crop, resize to 224, no flip) is timed with
-the window decoder (``readers.jpegwindow``) and with it switched off (simplejpeg decodes the
+the window decoder (``readers.image.jpegwindow``) and with it switched off (simplejpeg decodes the
 whole image, DCT-scaled the same way, then the crop), on the same records and windows, in one
 process, no DataLoader. Rounds alternate the two, and the median of the rounds is reported, so
 load from other users of the machine falls on both alike.
@@ -21,18 +21,18 @@ from pathlib import Path
 
 import numpy as np
 
-import readers.batch_slot
+import readers.batch.batch_slot
 from readers import RandomResizedCrop
-from readers.batch import BatchAssembler
+from readers.batch.batch import BatchAssembler
 from readers.formats import open_reader
-from readers.jpegwindow import decode_window
+from readers.image.jpegwindow import decode_window
 
 SCALES = (0.08, 0.3, 1.0)
 
 
 def images_per_second(assembler: BatchAssembler, records, params, out: np.ndarray, windowed: bool):
     """(images per wall second, images per CPU second of this process) for one pass."""
-    readers.batch_slot.decode_window = decode_window if windowed else (lambda *args, **kwargs: None)
+    readers.batch.batch_slot.decode_window = decode_window if windowed else (lambda *args, **kwargs: None)
     start, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(records), len(out)):
         chunk = records[i : i + len(out)]
@@ -72,7 +72,7 @@ def measure(path: str, count: int, rounds: int, fast_dct: bool) -> dict:
         print(f"{path}  scale {scale:<5} window {window:7,.0f} img/s ({window_cpu:7,.0f}/CPU s)  "
               f"whole {whole:7,.0f} img/s ({whole_cpu:7,.0f}/CPU s)  {window / whole:.2f}x "
               f"({window_cpu / whole_cpu:.2f}x per CPU s)", flush=True)  # fmt: skip
-    readers.batch_slot.decode_window = decode_window
+    readers.batch.batch_slot.decode_window = decode_window
     return result
 
 

@@ -47,9 +47,9 @@ def synthetic_pack(fmt: str, samples: int, workdir: Path, workers: int = 2) -> P
     reader can tell every sample apart); made once per (format, size) under ``workdir``."""
     from PIL import Image
 
-    from packer.rows import Row, pack_rows
+    from packer.scan.rows import Row, pack_rows
     from readers.formats.packed_sample import PreprocessSpec
-    from readers.manifest import MANIFEST_NAME
+    from readers.store.manifest import MANIFEST_NAME
 
     out = workdir / f"{fmt}-{samples}"
     if (out / MANIFEST_NAME).exists():

@@ -36,9 +36,9 @@ import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
 from readers import open_iterable
+from readers.batch.shmring import WorkerRing
+from readers.datasets.loader import WHOLE_BATCH_PREFETCH
 from readers.formats import open_reader
-from readers.loader import WHOLE_BATCH_PREFETCH
-from readers.shmring import WorkerRing
 
 BATCH = 64
 

@@ -25,7 +25,7 @@ from packer.bench.harness import CODE_ROOT, code_env
 from readers.formats.hdf5.reader import MANIFEST_ATTR
 from readers.formats.hdf5.reader import shard_name as h5_name
 from readers.formats.tar.reader import format_index, index_name, sample_key, shard_name
-from readers.manifest import Manifest, Shard, write_manifest
+from readers.store.manifest import Manifest, Shard, write_manifest
 
 CHILD = r"""
 import gc, json, sys

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from packer.verify import verify_dataset
+from packer.info.verify import verify_dataset
 from readers import open_dataset
 
 T = TypeVar("T")

@@ -51,10 +51,10 @@ def pss_kib():
 
 mode, src = sys.argv[1], sys.argv[2]
 import numpy  # noqa: F401  (imports count in the baseline, not in the growth)
-import packer.engine as engine
-import packer.local_engine as local_engine
-import packer.pool as pool
-from packer.source import scan_folder
+import packer.engine.engine as engine
+import packer.engine.local_engine as local_engine
+import packer.engine.pool as pool
+from packer.sources.source import scan_folder
 from readers.errors import ImgpackError
 
 base, base_anon = rss_kib(), anon_kib()

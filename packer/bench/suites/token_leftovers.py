@@ -2,7 +2,7 @@
 
     pack bench run token_leftovers --n 100000
 
-Counts, not timings: the plan is a function of the stored sizes alone (readers/token_order.py),
+Counts, not timings: the plan is a function of the stored sizes alone (readers/bucketing/token_order.py),
 so this draws ``--n`` ImageNet-like sizes by ``packer/bench/bench_data.py``'s rule (about 500x375:
 shorter side x U(0.8, 1.34), ratio x U(0.8, 1.2), one in five portrait) and prints, for
 ``TokenBudget(patch=16, budget=16384, seq_lens=(128, 256, 576, 784, 1024))``, the cells used and
@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 
 from readers import TokenBudget
-from readers.token_order import token_summary
+from readers.bucketing.token_order import token_summary
 
 SEQ_LENS = (128, 256, 576, 784, 1024)
 

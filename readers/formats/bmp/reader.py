@@ -9,7 +9,7 @@ On-disk layout (shared with writer.py beside it):
   then one JSON array per sample in dataset order:
   ``[file, label, height, width, channels, bytes, crc32, source]`` with ``file`` relative to the
   dataset root and ``source`` the source path it was made from. The CRC32
-  (``readers.record.record_crc``: label, shape and file bytes) makes ``pack verify`` (and
+  (``readers.store.record.record_crc``: label, shape and file bytes) makes ``pack verify`` (and
   ``verify=True`` readers) catch a changed ``.bmp`` or row, and the index's sha256 in the
   manifest covers the list and those CRCs (checked when the index is loaded with ``verify=True``).
 The per-sample list lives in these sidecars rather than in manifest.json so that the manifest
@@ -28,9 +28,9 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
-from readers.paths import check_names, inside
-from readers.readahead import Extent
-from readers.record import Record, record_crc
+from readers.remote.readahead import Extent
+from readers.store.paths import check_names, inside
+from readers.store.record import Record, record_crc
 
 INDEX_FORMAT = "imgpack-bmp-index"
 INDEX_VERSION = 1

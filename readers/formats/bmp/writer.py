@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.bmp.reader import COLUMNS, index_header, index_name, read_index
 from readers.formats.packed_sample import PackedSample
 from readers.formats.writer_base import FormatWriter, PartResult, PartWriter
-from readers.manifest import Shard
-from readers.record import crc32, record_crc
+from readers.store.checksums import file_sha256
+from readers.store.manifest import Shard
+from readers.store.record import crc32, record_crc
 
 STAGING = ".staging"
 BUCKET = 1000  # staging files per folder

@@ -29,8 +29,8 @@ import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
 from readers.formats.base import FormatReader
-from readers.readahead import Extent, open_parts, spans
-from readers.record import Record, record_crc
+from readers.remote.readahead import Extent, open_parts, spans
+from readers.store.record import Record, record_crc
 
 LAYOUT_VERSION = 1
 MANIFEST_ATTR = "imgpack_manifest"

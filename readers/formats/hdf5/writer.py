@@ -18,13 +18,13 @@ from typing import Any
 import h5py
 import numpy as np
 
-from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.hdf5.reader import FLAT_CHUNK_BYTES, LAYOUT_VERSION, MANIFEST_ATTR, shard_name
 from readers.formats.packed_sample import PackedSample, PreprocessSpec
 from readers.formats.writer_base import FormatWriter, PartResult, PartWriter
-from readers.manifest import FORMAT_VERSION, Shard, imgpack_version, json_text
-from readers.record import record_crc
+from readers.store.checksums import file_sha256
+from readers.store.manifest import FORMAT_VERSION, Shard, imgpack_version, json_text
+from readers.store.record import record_crc
 
 FLUSH_BYTES = 32 << 20
 FLUSH_SAMPLES = 256

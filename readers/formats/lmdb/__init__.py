@@ -22,5 +22,5 @@ FORMAT = Format(
     files=re.compile(r"(?!)"),  # everything lives in the environment folders
     folder=_environment,
     remote_finish="as-is",
-    stores_fields=True,  # a JSON tail inside each value, under its CRC32 (readers/record.py)
+    stores_fields=True,  # a JSON tail inside each value, under its CRC32 (readers/store/record.py)
 )

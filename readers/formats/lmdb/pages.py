@@ -1,7 +1,7 @@
 """Where each record of an LMDB environment lies in ``data.mdb``: a page table for read-ahead.
 
 LMDB maps its file and reads a value by page faults, one 4 KB page at a time: from a disk, at
-queue depth one. To hint the pages of the next records (readers/readahead.py) their places are
+queue depth one. To hint the pages of the next records (readers/remote/readahead.py) their places are
 needed without touching the values, so this walks the B-tree itself with ``os.pread``, reading
 only branch and leaf pages (a few hundred for 40,000 records), never an overflow page.
 

@@ -4,7 +4,7 @@ On-disk layout (shared with writer.py beside it):
 - key: the sample's index inside its environment (global index minus the shard's ``first``) as
   8 bytes big-endian, so a cursor walk is a sequential read and shards can be written
   independently (by parallel or Ray tasks) before their place in the dataset is known;
-- value: ``readers.record.HEADER`` (label, encoding, shape, CRC32) followed by the image bytes;
+- value: ``readers.store.record.HEADER`` (label, encoding, shape, CRC32) followed by the image bytes;
 - ``meta/labels``: every label of the environment as little-endian int32, for fast label scans.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 from readers.errors import ImgpackError, ManifestError
 from readers.formats.base import FormatReader
 from readers.formats.lmdb.pages import PageTable
-from readers.readahead import Extent, open_parts
-from readers.record import Record, unpack_record
+from readers.remote.readahead import Extent, open_parts
+from readers.store.record import Record, unpack_record
 
 KEY = struct.Struct(">Q")
 LABELS_KEY = b"meta/labels"

@@ -13,13 +13,13 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from readers.checksums import file_sha256
 from readers.errors import ImgpackError
 from readers.formats.lmdb.reader import LABELS_KEY, encode_key, shard_name
 from readers.formats.packed_sample import PackedSample
 from readers.formats.writer_base import FormatWriter, PartWriter, disk_hint
-from readers.manifest import Shard
-from readers.record import pack_record
+from readers.store.checksums import file_sha256
+from readers.store.manifest import Shard
+from readers.store.record import pack_record
 
 COMMIT_SAMPLES = 512
 COMMIT_BYTES = 64 << 20

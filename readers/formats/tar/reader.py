@@ -11,7 +11,7 @@ On-disk layout (shared with writer.py beside it):
   member, in archive order. imgpack parses it once per process and reads a sample, or a block of
   consecutive samples, with one ``pread`` of the byte range covering their members.
 
-Shards can also live behind any fsspec URL (see readers/remote_parts.py): read with ranged
+Shards can also live behind any fsspec URL (see readers/remote/remote_parts.py): read with ranged
 requests, or (with a ``cache_dir``) downloaded whole into it and read from there.
 """
 
@@ -26,14 +26,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from readers.checksums import check_against_manifest
 from readers.errors import ChecksumError, ManifestError, warn
 from readers.formats.base import FormatReader
 from readers.formats.part_files import open_shard_file
-from readers.manifest import Shard
-from readers.readahead import Extent, open_parts
-from readers.record import Record
-from readers.remote import remote_call, remote_chunks
+from readers.remote.readahead import Extent, open_parts
+from readers.remote.remote import remote_call, remote_chunks
+from readers.store.checksums import check_against_manifest
+from readers.store.manifest import Shard
+from readers.store.record import Record
 
 INDEX_VERSION = "v1.2"
 BLOCK = 512
@@ -283,7 +283,7 @@ class TarReader(FormatReader):
         return int(opened.index.image_offset[a]), int(opened.index.end[b - 1])
 
     def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
-        from readers.remote_ahead import ranges_ahead
+        from readers.remote.remote_ahead import ranges_ahead
 
         return ranges_ahead(self, planned, settings)
 

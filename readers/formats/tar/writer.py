@@ -26,7 +26,7 @@ from readers.formats.tar.reader import (
     shard_name,
 )
 from readers.formats.writer_base import PartResult, add_label_runs
-from readers.manifest import Shard
+from readers.store.manifest import Shard
 
 END_OF_ARCHIVE = bytes(2 * BLOCK)
 IMAGE_EXTS = {"jpeg": "jpg", "png": "png", "bmp": "bmp", "raw": "raw"}

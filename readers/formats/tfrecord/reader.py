@@ -32,16 +32,16 @@ from typing import IO, Any
 
 import numpy as np
 
-from readers.checksums import masked_crc
-from readers.decode import jpeg_size
 from readers.errors import ChecksumError, ManifestError, warn
 from readers.formats.base import FormatReader
 from readers.formats.part_files import open_shard_file
 from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
 from readers.formats.tfrecord.fields import FIELDS_FEATURE
-from readers.manifest import Manifest, Shard
-from readers.readahead import Extent, open_parts
-from readers.record import Buffer, Record
+from readers.image.decode import jpeg_size
+from readers.remote.readahead import Extent, open_parts
+from readers.store.checksums import masked_crc
+from readers.store.manifest import Manifest, Shard
+from readers.store.record import Buffer, Record
 
 LENGTH = struct.Struct("<QI")  # length, masked crc of the length
 FOOTER = struct.Struct("<I")  # masked crc of the data

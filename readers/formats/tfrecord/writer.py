@@ -24,7 +24,7 @@ from readers.formats.tfrecord.reader import (
     shard_name,
 )
 from readers.formats.writer_base import PartResult, add_label_runs
-from readers.manifest import Shard
+from readers.store.manifest import Shard
 
 
 def example_bytes(

@@ -1,0 +1,1 @@
+"""Changing a dataset after packing: appends and views/splits."""

@@ -1,0 +1,1 @@
+"""Looking at a packed dataset: ``pack show``, ``doctor``, ``verify``, ``reindex``, bucket and order info."""

@@ -1,0 +1,1 @@
+"""The offline per-image transform and its geometry: preprocess, box geometry, stored sizes."""

@@ -1,0 +1,1 @@
+"""Per-sample fields beyond the label (schema, encoding, boxes, masks, targets) and how they go out."""

@@ -1,0 +1,1 @@
+"""Datasets behind a URL, and reading ahead of the consumer (local and remote)."""

@@ -1,0 +1,375 @@
+"""Requests in flight ahead of the consumer, for datasets behind a URL.
+
+A pass's order is known before its first read (``readers.datasets.stream``), so each reading process can
+ask the server for what it will read next while it decodes what it has:
+
+- **ranged reads** (tar without a ``cache_dir``): the byte ranges the pass will read are planned
+  up front, neighbours closer than ``IMGPACK_REMOTE_MERGE_GAP`` bytes merged into one request of
+  at most ``IMGPACK_REMOTE_REQUEST_BYTES``, and up to ``IMGPACK_REMOTE_REQUESTS`` requests kept in
+  flight on helper threads, in the order the pass needs them; fetched and in-flight bytes stay
+  within ``IMGPACK_REMOTE_AHEAD_BYTES`` (plus the one request the consumer waits for). A read is
+  served from a fetched buffer, which is dropped once its last planned read has taken its part;
+  a read that was not planned goes to the server directly.
+- **whole parts** (any format through a ``cache_dir``): a helper thread downloads the parts in
+  the order the pass first needs them, at most ``IMGPACK_REMOTE_AHEAD_BYTES`` of downloaded parts
+  ahead of those the reader has opened.
+
+Merging is done only among the ranges of one stretch of the pass (a quarter of the byte budget),
+so a request holds bytes that are needed at about the same time. Every request is a bounded
+``remote_call`` (``IMGPACK_REMOTE_TIMEOUT``): a stalled server is a ``RemoteError`` for the
+read that waits on it, never an endless wait. Nothing here changes what is read, or in which order.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from readers.errors import OptionError
+from readers.remote.remote import CALL_BOUND_ENV, RemoteError, call_bound
+
+MiB = 1 << 20
+Range = tuple[int, int, int]  # (shard position, start byte, end byte)
+
+
+@dataclass(frozen=True)
+class AheadSettings:
+    """The ``IMGPACK_REMOTE_*`` knobs of reading ahead; ``requests=0`` turns it off."""
+
+    ahead_bytes: int = 256 * MiB
+    requests: int = 8
+    merge_gap: int = 1 * MiB
+    request_bytes: int = 8 * MiB
+
+    @property
+    def enabled(self) -> bool:
+        return self.requests > 0 and self.ahead_bytes > 0
+
+
+KNOBS = {  # environment variable: (field, lowest value)
+    "IMGPACK_REMOTE_AHEAD_BYTES": ("ahead_bytes", 0),
+    "IMGPACK_REMOTE_REQUESTS": ("requests", 0),
+    "IMGPACK_REMOTE_MERGE_GAP": ("merge_gap", 0),
+    "IMGPACK_REMOTE_REQUEST_BYTES": ("request_bytes", 1),
+}
+SUFFIXES = {"k": 1 << 10, "m": MiB, "g": 1 << 30}
+
+
+def parse_size(raw: str) -> int:
+    """``"256M"``, ``"64k"``, ``"1048576"``: a byte count (ValueError if not one)."""
+    text = raw.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = SUFFIXES.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in SUFFIXES else text
+    return int(number) * scale
+
+
+def ahead_settings(environ: Any = None) -> AheadSettings:
+    """The settings from the environment, each unset knob at its default; a bad value is an OptionError."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, int] = {}
+    for name, (field, lowest) in KNOBS.items():
+        raw = environ.get(name, "").strip()
+        if not raw:
+            continue
+        try:
+            value = parse_size(raw) if field != "requests" else int(raw)
+        except ValueError:
+            value = lowest - 1
+        if value < lowest:
+            unit = "a count of requests" if field == "requests" else "a byte count such as 8M or 1048576"
+            raise OptionError(
+                f"{name}={raw!r}: must be {unit}, at least {lowest} (unset it for the default "
+                f"{getattr(AheadSettings, field)}); see docs/object-storage.md"
+            )
+        values[field] = value
+    return AheadSettings(**values)
+
+
+# -- planning -----------------------------------------------------------------------------------
+@dataclass
+class Request:
+    shard: int
+    start: int
+    end: int
+    uses: int = 0  # planned reads not yet served from it
+    future: Future | None = None
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def plan_requests(reads: Sequence[Range], settings: AheadSettings) -> tuple[list[Request], list[int]]:
+    """(requests in the order the pass first needs them, the request serving each read).
+
+    ``reads`` are the byte ranges the consumer will ask for, in its order. They are cut into
+    stretches of a quarter of the byte budget; inside one, ranges of a shard closer than the merge
+    gap become one request of at most ``request_bytes`` (a single bigger range is its own request).
+    """
+    stretch = max(1, settings.ahead_bytes // 4)
+    requests: list[Request] = []
+    serving = [0] * len(reads)
+    first = 0
+    while first < len(reads):
+        last, total = first, 0
+        while last < len(reads) and (last == first or total + reads[last][2] - reads[last][1] <= stretch):
+            total += reads[last][2] - reads[last][1]
+            last += 1
+        merged = _merge(reads, range(first, last), settings)
+        merged.sort(key=lambda pair: min(pair[1]))  # by first need
+        for request, members in merged:
+            for k in members:
+                serving[k] = len(requests)
+            request.uses = len(members)
+            requests.append(request)
+        first = last
+    return requests, serving
+
+
+def _merge(reads: Sequence[Range], which: range, settings: AheadSettings) -> list[tuple[Request, list[int]]]:
+    merged: list[tuple[Request, list[int]]] = []
+    for k in sorted(which, key=lambda k: reads[k]):
+        shard, start, end = reads[k]
+        if merged:
+            request, members = merged[-1]
+            near = request.shard == shard and start - request.end <= settings.merge_gap
+            if near and max(end, request.end) - request.start <= settings.request_bytes:
+                request.end = max(request.end, end)
+                members.append(k)
+                continue
+        merged.append((Request(shard, start, end), [k]))
+    return merged
+
+
+# -- fetching -----------------------------------------------------------------------------------
+class RangeFetcher:
+    """Planned byte ranges fetched ahead on helper threads; ``take`` serves them in the planned order."""
+
+    def __init__(
+        self,
+        reads: Sequence[Range],
+        fetch: Callable[[int, int, int], bytes],
+        settings: AheadSettings,
+        where: Callable[[int], str] = str,
+    ):
+        self.fetch = fetch
+        self.where = where  # a shard's URL, for errors
+        self.settings = settings
+        self.requests, self.serving = plan_requests(reads, settings)
+        self.planned_bytes = sum(end - start for _, start, end in reads)
+        self.waiting: dict[Range, deque[int]] = {}
+        for k, read in enumerate(reads):
+            self.waiting.setdefault(tuple(read), deque()).append(k)  # type: ignore[arg-type]
+        self.next_read = 0  # planned reads before it are served or passed over
+        self.done = bytearray(len(reads))  # 1: served, or passed over (then read directly if asked)
+        self.next_submit = 0
+        self.held = 0  # bytes of requests submitted and not yet dropped
+        self.peak = 0
+        self.fetched_bytes = 0
+        self.in_flight = 0
+        self.lock = threading.RLock()  # a fetch done at once runs its callback in the submitting thread
+        self.pool = ThreadPoolExecutor(max(1, settings.requests), thread_name_prefix="imgpack-ahead")
+        self.closed = False
+        self.pid = os.getpid()  # a forked child has none of its threads: it reads directly
+        self._pump()
+
+    def _pump(self, force: int = -1) -> None:
+        """Submit the next requests while the in-flight and byte limits allow (and, whatever the
+        limits, those up to request ``force``, which the consumer waits for)."""
+        with self.lock:
+            while self.next_submit < len(self.requests) and not self.closed:
+                index = self.next_submit
+                request = self.requests[index]
+                if request.uses == 0:  # every read it served was passed over
+                    self.next_submit += 1
+                    continue
+                fits = self.held + request.size <= self.settings.ahead_bytes or self.held == 0
+                if index > force and not (fits and self.in_flight < self.settings.requests):
+                    break
+                self.held += request.size
+                self.in_flight += 1
+                self.fetched_bytes += request.size
+                self.peak = max(self.peak, self.held)
+                self.next_submit += 1
+                request.future = self.pool.submit(self.fetch, request.shard, request.start, request.end)
+                request.future.add_done_callback(self._done)
+
+    def _done(self, _: Future) -> None:
+        with self.lock:
+            self.in_flight -= 1
+        self._pump()
+
+    def take(self, shard: int, start: int, end: int) -> memoryview | None:
+        """Bytes [start, end) of ``shard`` if a planned read (waiting for its request), else None."""
+        queue = self.waiting.get((shard, start, end))
+        if not queue or self.closed or self.pid != os.getpid():
+            return None
+        k = queue.popleft()
+        with self.lock:
+            if self.done[k]:  # passed over earlier: its buffer may be gone
+                return None
+            for passed in range(self.next_read, k):  # planned but not asked for yet: let them go
+                if not self.done[passed]:
+                    self.done[passed] = 1
+                    self._used(self.serving[passed])
+            self.done[k] = 1
+            self.next_read = max(self.next_read, k + 1)
+        index = self.serving[k]
+        request = self.requests[index]
+        if request.future is None:
+            self._pump(force=index)
+        assert request.future is not None
+        try:
+            data = request.future.result(timeout=call_bound() * 2)  # each fetch is bounded by itself
+        except TimeoutError:
+            raise RemoteError(
+                f"{self.where(shard)}: reading ahead: no answer from the server for {call_bound() * 2:g} s; "
+                f"the server is stalled or unreachable (${CALL_BOUND_ENV} sets this bound)"
+            ) from None
+        finally:
+            with self.lock:
+                self._used(index)
+        self._pump()
+        return memoryview(data)[start - request.start : end - request.start]  # no copy
+
+    def _used(self, index: int) -> None:
+        request = self.requests[index]
+        request.uses -= 1
+        if request.uses == 0 and request.future is not None:
+            self.held -= request.size
+            request.future = None  # its buffer goes with the last reference
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+        self.pool.shutdown(wait=False, cancel_futures=True)  # a stalled fetch ends by its own bound
+
+
+class PartFetcher:
+    """Whole parts downloaded into the cache by a helper thread, in the order the pass first needs them."""
+
+    def __init__(self, reader: Any, shards: Sequence[int], settings: AheadSettings):
+        self.reader = reader
+        self.shards = list(shards)
+        self.settings = settings
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="imgpack-parts-ahead", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        reader, entries = self.reader, self.reader.manifest.shards
+        ahead: list[int] = []
+        for position in self.shards:
+            while not self.stop.is_set():
+                ahead = [p for p in ahead if p not in self.opened()]  # the reader has caught up with it
+                waiting = sum(entries[p].bytes for p in ahead)
+                if not ahead or waiting + entries[position].bytes <= self.settings.ahead_bytes:
+                    break
+                self.stop.wait(0.05)
+            if self.stop.is_set() or position in self.opened():
+                continue
+            try:
+                reader.local_file(entries[position])
+            except Exception:  # noqa: BLE001 - the reader meets the same failure and reports it
+                return
+            ahead.append(position)
+
+    def opened(self) -> dict[Any, Any]:
+        """The parts the reader has opened in this process."""
+        reader = self.reader
+        return reader._handles if reader._pid == os.getpid() else {}
+
+    def close(self) -> None:
+        self.stop.set()
+
+
+@contextmanager
+def parts_ahead(reader: Any, shards: Sequence[int], settings: AheadSettings) -> Iterator[None]:
+    """While it lasts, ``reader``'s parts ``shards`` are downloaded into its cache ahead of its reads."""
+    fetcher = PartFetcher(reader, shards, settings)
+    try:
+        yield
+    finally:
+        fetcher.close()
+
+
+@contextmanager
+def ranges_ahead(reader: Any, planned: list[np.ndarray], settings: AheadSettings) -> Iterator[None]:
+    """While it lasts, the byte ranges of ``reader.read_many(planned[i])`` are fetched ahead and
+    ``reader.ahead`` serves them. ``reader``: ``handle(position)`` opens a shard (``read(offset,
+    length)``), ``byte_range(handle, a, b)`` is where local records [a, b) of a shard lie."""
+    if reader.ahead is not None and reader.ahead.pid == os.getpid():  # a second pass at once here: direct
+        yield
+        return
+    shards = part_order(reader, planned)
+    with ThreadPoolExecutor(max(1, min(settings.requests, len(shards))), "imgpack-open") as pool:
+        list(pool.map(reader.handle, shards))  # each shard's index: one request each, in parallel
+    reads = [
+        (position, *reader.byte_range(reader.handle(position), a, b))
+        for indices in planned
+        for position, a, b in shard_runs(reader, indices)
+    ]
+
+    def fetch(position: int, start: int, end: int) -> bytes:
+        return reader.handle(position).read(start, end - start)
+
+    entries = reader.manifest.shards
+    fetcher = RangeFetcher(reads, fetch, settings, lambda position: reader.location(entries[position].file))
+    reader.ahead = fetcher
+    try:
+        yield
+    finally:
+        reader.ahead = None
+        fetcher.close()
+
+
+# -- the pass -----------------------------------------------------------------------------------
+def shard_runs(reader: Any, indices: np.ndarray) -> Iterator[tuple[int, int, int]]:
+    """(shard position, local start, local stop) of each read ``reader.read_many(indices)`` makes."""
+    shards = reader.manifest.shards
+    for start, stop in reader.block_runs(indices):
+        index = start
+        while index < stop:
+            position = reader.manifest.shard_of(index)
+            end = min(stop, shards[position].stop)
+            yield position, index - shards[position].first, end - shards[position].first
+            index = end
+
+
+@contextmanager
+def fetching_ahead(stream: Any, epoch: int, positions: np.ndarray, groups: list) -> Iterator[None]:
+    """While a pass of ``stream`` over ``groups`` runs: each remote reader it reads fetches ahead."""
+    remote = [r for r, _ in stream.planned_reads(epoch, positions) if getattr(r, "parts", None) is not None]
+    if not remote:
+        yield
+        return
+    settings = ahead_settings()
+    if not settings.enabled:
+        yield
+        return
+    plans: dict[int, tuple[Any, list[np.ndarray]]] = {id(r): (r, []) for r in remote}
+    for group in groups:
+        for reader, indices in stream.planned_reads(epoch, stream.group_positions(epoch, positions, group)):
+            if id(reader) in plans:
+                plans[id(reader)][1].append(indices)
+    with ExitStack() as stack:
+        for reader, planned in plans.values():
+            stack.enter_context(reader.fetch_ahead(planned, settings))
+        yield
+
+
+def part_order(reader: Any, planned: list[np.ndarray]) -> list[int]:
+    """The reader's shard positions in the order ``planned`` reads first need them."""
+    seen: dict[int, None] = {}
+    for indices in planned:
+        for position, _, _ in shard_runs(reader, indices):
+            seen.setdefault(position, None)
+    return list(seen)

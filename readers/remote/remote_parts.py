@@ -1,0 +1,130 @@
+"""The parts of a dataset behind a URL, as local files: downloaded whole, once, into a cache.
+
+LMDB, HDF5 and TFRecord readers need a local file (a memory map, the HDF5 library, ``pread``),
+so a remote part is downloaded whole into the ``ShardCache`` of ``readers.remote.remote`` (checked
+against the manifest's size and sha256 before it is renamed into place, least recently used
+parts evicted past ``cache_size``) and read from there. Tar shards may also be read by ranged
+requests, and the BMP cache's per-image files are fetched one request each.
+
+Without a ``cache_dir`` the parts go to ``default_cache_dir()``: ``$IMGPACK_CACHE_DIR``, else
+``$XDG_CACHE_HOME/imgpack``, else ``~/.cache/imgpack``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from readers.errors import ManifestError, OptionError
+from readers.remote.remote import ShardCache, join_url, remote_call, url_fs
+
+T = TypeVar("T")
+
+
+def default_cache_dir() -> Path:
+    explicit = os.environ.get("IMGPACK_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "imgpack"
+
+
+class RemoteParts:
+    """One remote dataset root: its fsspec filesystem and a local part cache.
+
+    Both are made lazily in the process that reads and dropped when pickled or forked (an fsspec
+    filesystem and its event loop must not cross a fork), like a reader's file handles.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_size: int | None = None,
+    ):
+        self.root = root
+        self.storage_options = dict(storage_options or {})
+        self.cache_dir = cache_dir
+        self.cache_size = cache_size
+        self._pid: int | None = None
+        self._fs: tuple[Any, str] | None = None
+        self._cache: ShardCache | None = None
+
+    def _this_process(self) -> None:
+        if self._pid != os.getpid():
+            self._fs = self._cache = None
+            self._pid = os.getpid()
+
+    @property
+    def fs(self) -> tuple[Any, str]:
+        """(fsspec filesystem, the dataset root's path inside it)."""
+        self._this_process()
+        if self._fs is None:
+            self._fs = url_fs(self.root, self.storage_options)
+        return self._fs
+
+    @property
+    def cache(self) -> ShardCache:
+        self._this_process()
+        if self._cache is None:
+            self._cache = ShardCache(self.cache_dir or default_cache_dir(), self.cache_size)
+        return self._cache
+
+    def url(self, name: str) -> str:
+        return join_url(self.root, name)
+
+    def remote_path(self, name: str) -> str:
+        return join_url(self.fs[1], name)
+
+    def local(self, name: str, size: int | None, sha256: str, verify: bool = False) -> Path:
+        """The cached local copy of part ``name`` (downloaded and checked if absent or wrong)."""
+        fs, _ = self.fs
+        try:
+            return self.cache.get(
+                fs, self.remote_path(name), self.url(name), size, sha256, verify, Path(name).suffix
+            )
+        except FileNotFoundError:
+            raise self.missing(name) from None
+
+    def index(self, name: str, sha256: str, check: Callable[[str, str], T]) -> T:
+        """``check(text, where)`` of the sidecar ``name`` of the part whose sha256 is ``sha256``,
+        cached once; a cached copy that fails ``check`` is fetched again."""
+        fs, _ = self.fs
+        return self.cache.index(fs, self.remote_path(name), self.url(name), sha256, check)
+
+    def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
+        """Bytes [start, end) of the object ``name`` (all of it by default), one request."""
+        fs, _ = self.fs
+        try:
+            path = self.remote_path(name)
+            return remote_call(self.url(name), "reading", fs.cat_file, path, start=start, end=end)
+        except FileNotFoundError:
+            raise self.missing(name) from None
+
+    def missing(self, name: str) -> ManifestError:
+        return ManifestError(
+            f"{self.url(name)}: listed in the manifest but not found at the URL; upload the "
+            "complete dataset again (or check the URL and storage_options)"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pid": None, "_fs": None, "_cache": None}
+
+
+REMOTE_OPTIONS = ("storage_options", "cache_dir", "cache_size")
+
+
+def merge_remote_options(reader_options: dict[str, Any] | None, **remote: Any) -> dict[str, Any]:
+    """``reader_options`` plus the remote options given directly (``storage_options=``,
+    ``cache_dir=``, ``cache_size=`` of ``open_dataset`` / ``open_iterable``), None ones left out."""
+    merged = dict(reader_options or {})
+    for key, value in remote.items():
+        if value is None:
+            continue
+        if key in merged and merged[key] != value:
+            raise OptionError(f"{key}= is given both directly and in reader_options; pass it once")
+        merged[key] = value
+    return merged

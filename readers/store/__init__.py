@@ -1,0 +1,1 @@
+"""What a dataset is on disk: the manifest, records, checksums, safe paths, sample sources and hashes."""
