@@ -26,10 +26,10 @@ import argparse
 import glob
 import json
 import os
-import pickle
 import statistics
 import tempfile
 import time
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
@@ -77,7 +77,8 @@ def in_process(pack: str, rounds: int) -> dict[str, float]:
     labels = np.zeros(BATCH, dtype=np.int64)
 
     def hand_over(_):
-        pickle.loads(pickle.dumps(ring.lease(slot, assembler.present(hwc), labels)))
+        # as a DataLoader worker's queue does: torch's ForkingPickler, whose tensor reductions share memory
+        ForkingPickler.loads(ForkingPickler.dumps(ring.lease(slot, assembler.present(hwc), labels)))
 
     hand_over(None)  # the first lease carries the slot's storage; the timed ones only metadata
 
