@@ -1,14 +1,12 @@
 """The output directory of a pack: what is ours, who may write it, and how it is replaced.
 
-- Ownership: ``--force`` and a restarted ``--resume`` delete only entries imgpack writes (the
-  manifest when it parses as ours, the progress file, the files and folders each registered
-  format declares as its own). Anything else makes the pack refuse, naming it.
-- Lock: the pack holds ``flock(LOCK_EX | LOCK_NB)`` on the output directory itself for its whole
-  run, so a second pack into the same output fails at once instead of interleaving writes.
-- Replacement: ``--force`` over a complete dataset builds the new one in a sibling staging
-  directory (``.<name>.imgpack-new``) and swaps it in with one ``renameat2(RENAME_EXCHANGE)``,
-  so the path always holds one whole dataset; a reader holding files open keeps reading the old
-  inodes, and the old tree is deleted only after the swap.
+- Ownership: ``--force`` and a restarted ``--resume`` delete only entries imgpack writes (our
+  manifest, the progress file, what each registered format declares); anything else is refused.
+- Lock: ``flock(LOCK_EX | LOCK_NB)`` on the output directory for the whole run: a second pack
+  into the same output fails at once instead of interleaving writes.
+- Replacement: ``--force`` over a complete dataset builds the new one in ``.<name>.imgpack-new``
+  and swaps it in with one ``renameat2(RENAME_EXCHANGE)``: the path always holds one whole
+  dataset, open readers keep the old inodes, the old tree is deleted after the swap.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ except ImportError:  # Windows: no flock, packs are not serialised
 
 STAGING_SUFFIX = ".imgpack-new"
 WRITE_TEST = ".imgpack-write-test"
-RAY_STAGING = ".ray-staging"  # below it, the parts Ray tasks are writing (packer/engine/ray_engine.py)
+RAY_STAGING = ".ray-staging"  # parts Ray tasks are writing (packer/engine/ray_engine.py)
 STAGING_FOLDERS = (".staging", RAY_STAGING)  # parts in the making (BMP parts, Ray runs)
 # An atomic write in progress (readers.store.manifest.write_atomic, the BMP index): ``.<name>[.<pid>].tmp``.
 TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(\d+\.)?tmp")
@@ -285,9 +283,9 @@ def clear_ours(folder: Path, action: str) -> None:
 
 
 def remove_temporaries(folder: Path) -> None:
-    """Drop temp files a killed pack left (atomic writes that never reached their rename) and the
-    parts a dead Ray run was writing (a finished part was moved out of its staging folder)."""
-    shutil.rmtree(folder / RAY_STAGING, ignore_errors=True)
+    """Drop temp files a killed pack left (unfinished atomic writes, a dead Ray run's parts)."""
+    if (folder / RAY_STAGING).is_dir():  # a finished part was moved out of it
+        shutil.rmtree(folder / RAY_STAGING, ignore_errors=True)
     with os.scandir(folder) as entries:
         for entry in list(entries):
             if TEMPORARY.fullmatch(entry.name) and owned_file(entry.name) and entry.is_file():
