@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 try:
     import fcntl
-
     HAVE_FLOCK = True
 except ImportError:  # Windows: no flock, packs are not serialised
     HAVE_FLOCK = False
@@ -42,10 +41,9 @@ STAGING_SUFFIX = ".imgpack-new"
 WRITE_TEST = ".imgpack-write-test"
 RAY_STAGING = ".ray-staging"  # parts Ray tasks are writing (packer/engine/ray_engine.py)
 STAGING_FOLDERS = (".staging", RAY_STAGING)  # parts in the making (BMP parts, Ray runs)
-# An atomic write in progress (readers.store.manifest.write_atomic, the BMP index): ``.<name>[.<pid>].tmp``.
-TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(\d+\.)?tmp")
+TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(\d+\.)?tmp")  # an atomic write in progress: .<name>[.<pid>].tmp
 SEALED = (MANIFEST_NAME, PROGRESS_NAME.lstrip("."))  # imgpack's own files that are written atomically
-# A per-sample sidecar of dataset version N (packer/edit/append.py): ``labels.i64`` -> ``labels~v2.i64``.
+# A sidecar of dataset version N (packer/edit/append.py): ``labels.i64`` -> ``labels~v2.i64``.
 VERSIONED = re.compile(r"(?P<stem>[^.~/]+)~v(?P<version>[1-9]\d*)(?P<suffix>\..*)?")
 
 
