@@ -12,8 +12,8 @@
 Importing this package does not import DALI.
 """
 
-from readers.dali.feed import PIXEL_ENCODINGS
-from readers.dali.loader import DaliLoader, DaliUnavailableError, FallbackLoader, dali_loader, select_path
+from readers.dali._feed import PIXEL_ENCODINGS
+from readers.dali._loader import DaliLoader, DaliUnavailableError, FallbackLoader, dali_loader, select_path
 
 __all__ = [
     "PIXEL_ENCODINGS",

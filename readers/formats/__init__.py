@@ -25,7 +25,7 @@ from readers.formats.registry import (
     registered,
     unregister_format,
 )
-from readers.remote.remote import is_url
+from readers.remote.urls import is_url
 from readers.store.manifest import Manifest, read_manifest
 
 
