@@ -11,9 +11,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "pack_folder": "packer.engine.engine",
-    "pack": "packer.engine.engine",
-    "PackReport": "packer.engine.engine",
+    "pack_folder": "packer.engine.pack_run",
+    "pack": "packer.engine.pack_run",
+    "PackReport": "packer.engine.pack_run",
     "PackSpec": "packer.spec",
     "PreprocessSpec": "readers.formats.packed_sample",
     "append_to": "packer.edit.append",

@@ -1,4 +1,4 @@
-"""The ``pack`` command line: a thin layer over packer.engine.engine, packer.info.verify and the readers."""
+"""The ``pack`` command line: a thin layer over packer.engine.pack_run, packer.info.verify and the readers."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def source_command(source: Source) -> click.Command:
         import signal
 
         from packer.commands.append_cli import run_append
-        from packer.engine import engine
+        from packer.engine import pack_run
 
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # a clean stop, like Ctrl-C
         mine = {k: given.pop(k) for k in own}
@@ -88,7 +88,7 @@ def source_command(source: Source) -> click.Command:
         asked = PackSpec(source=named_by(mine), format=given["fmt"], **spec_keywords(given))
         with source.scan(**mine, storage_options=asked.storage_options) as scanned:
             fail_on_a_bad_row(scanned, asked.on_error)
-            report_pack(engine.pack(dataclasses.replace(asked, source=scanned)), given)
+            report_pack(pack_run.pack(dataclasses.replace(asked, source=scanned)), given)
 
     params = [*source.params, *pack_params(source.resumable)]
     return click.Command(source.name, callback=run, params=params, help=source.help)
@@ -169,7 +169,7 @@ def info(dataset: str, as_json: bool, buckets: str | None, batch_size: int, worl
     """Describe the packed DATASET (a directory or URL)."""
     from packer.info.bucket_info import bucket_plan, describe_plan
     from packer.info.order_info import read_quality
-    from readers.remote.remote import is_url
+    from readers.remote.urls import is_url
     from readers.store.manifest import read_manifest
 
     manifest = read_manifest(dataset, storage_options or None)

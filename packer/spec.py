@@ -5,7 +5,7 @@ construction: the format is registered, the engine known, the format's own optio
 ``compression``, ...) are ones it declares (readers/formats/pack_option.py) and parse as their
 type, the order, error policy and dedup settings make sense together. A mistake is an
 ``OptionError`` naming the option, raised before the output is created or locked: the engine
-(packer/engine/engine.py) takes a spec and no longer re-checks what it was asked. The read side's twin is
+(packer/engine/pack_run.py) takes a spec and no longer re-checks what it was asked. The read side's twin is
 readers/spec.py's ``ReadSpec``.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packer.dedup.dedup import dedup_record
+from packer.dedup.deduper import dedup_record
 from packer.output.pack_order import order_record
 from packer.sources.source import SourceScan
 from readers.errors import OptionError
@@ -24,10 +24,10 @@ from readers.formats.format import Format
 from readers.formats.pack_option import option_flag
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import format_named, formats_taking, registered
-from readers.order.order import PACK_ORDERS
-from readers.remote.remote import is_url
+from readers.order.epoch_order import PACK_ORDERS
+from readers.remote.urls import is_url
 
-# local: a process pool (packer/engine/local_engine.py); ray: packer/engine/ray_engine.py
+# local: a process pool (packer/engine/_local_engine.py); ray: packer/engine/_ray_engine.py
 ENGINES = ("local", "ray")
 ON_ERRORS = ("skip", "fail")
 Source = str | os.PathLike | SourceScan
@@ -54,7 +54,7 @@ class PackSpec:
     resume: bool = False  # finish an interrupted pack into the same output
     quiet: bool = True  # no progress bar
     storage_options: dict[str, Any] | None = None  # fsspec options of URL sources and outputs
-    dedup: str | None = None  # "exact" or "near" (packer/dedup/dedup.py)
+    dedup: str | None = None  # "exact" or "near" (packer/dedup/deduper.py)
     near_distance: int | None = None
 
     def __post_init__(self) -> None:

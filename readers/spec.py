@@ -26,7 +26,7 @@ from readers.errors import CallError, OptionError
 from readers.fields.targets import check_target
 from readers.image.decode import check_decode_kind
 from readers.image.geometry import Geometry, RandomResizedCrop, as_pair, flip_probability
-from readers.order.order import OrderSpec, resolve_rank
+from readers.order.epoch_order import OrderSpec, resolve_rank
 from readers.remote.readahead import resolve_budget
 from readers.remote.remote_parts import merge_remote_options
 
@@ -73,7 +73,8 @@ class ReadSpec:
     dct_scaling: bool = _option(True, ITERABLES)
     verify: bool = _option(False, OPENING)
     cache: str | None = _option(None, ("open_dataset",))  # "ram": decoded-once bytes kept in memory
-    # Per-sample fields to return (readers/fields/fields.py): the target becomes {"label": ..., name: ...}.
+    # Per-sample fields to return (readers/fields/field_schema.py): the target becomes
+    # {"label": ..., name: ...}.
     fields: tuple[str, ...] | None = _option(None, OPENING)
     # mix only: one list of field names per dataset (paths order); the target also says "dataset".
     fields_per_dataset: tuple[tuple[str, ...], ...] | None = _option(None, ("mix",))
@@ -81,7 +82,7 @@ class ReadSpec:
     min_visibility: float = _option(0.0)  # a box keeping less of its area after a crop is dropped
     # Batches at the images' own aspect ratios (readers/bucketing/buckets.py,
     # readers/bucketing/bucket_order.py).
-    buckets: Any = _option(None, ("open_iterable", "mix", "dali_loader"))  # in DALI: readers/dali/buckets.py
+    buckets: Any = _option(None, ("open_iterable", "mix", "dali_loader"))  # in DALI: readers/dali/_buckets.py
     # "torchvision": (image, {"boxes": XYXY, "labels", ...}) samples, list batches (readers/fields/targets.py)
     target: str | None = _option(None, PER_SAMPLE)
     label_offset: int = _option(1, PER_SAMPLE)  # labels = class index + label_offset (0: background)

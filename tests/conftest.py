@@ -64,7 +64,7 @@ _PACKED: dict[tuple, Path] = {}
 @pytest.fixture(scope="session")
 def packed(tmp_path_factory):
     """packed(fmt, **spec) -> path of sample_data packed that way (cached for the session)."""
-    from packer.engine.engine import pack_folder
+    from packer.engine.pack_run import pack_folder
     from readers.formats.packed_sample import PreprocessSpec
 
     def make(fmt: str = "lmdb", src: Path = SAMPLE_DATA, options: dict | None = None, **spec) -> Path:

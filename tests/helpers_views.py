@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from packer.edit.views import write_view
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from packer.output.output import PROGRESS_NAME
+from packer.output.output_dir import PROGRESS_NAME
 from readers import open_dataset
 from tests.conftest import SAMPLE_DATA, cli_env
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from packer.edit._append_place import STAGING, RemotePlace
 from packer.edit.append import append_to, versioned
-from packer.edit.append_place import STAGING, RemotePlace
-from packer.engine.engine import pack_folder
-from packer.output.output import PROGRESS_NAME
+from packer.engine.pack_run import pack_folder
+from packer.output.output_dir import PROGRESS_NAME
 from packer.sources.imagelist import scan_list
 from packer.sources.source import scan_folder
 from readers import ResumeError, open_iterable, source_paths

@@ -288,9 +288,9 @@ def test_rounding_rule_on_ties_and_odd_margins():
 
 
 def test_centre_windows_agree_on_every_path():
-    from readers.batch.batch import BatchAssembler
-    from readers.dali.feed import BatchFeed
-    from readers.order.order import OrderSpec
+    from readers.batch.batch_assembler import BatchAssembler
+    from readers.dali._feed import BatchFeed
+    from readers.order.epoch_order import OrderSpec
     from readers.store.record import Record
 
     stored = [(100, 170), (171, 100), (47, 48), (61, 80)]

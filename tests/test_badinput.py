@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import open_dataset, read_manifest, source_paths
 from readers.errors import ImgpackError
 from readers.formats.packed_sample import PreprocessSpec

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from readers import open_iterable
-from readers.batch.batch import BatchAssembler, _resize
+from readers.batch.batch_assembler import BatchAssembler, _resize
 from readers.batch.shmring import MAX_SLOTS, STATS, mapped_rings
 from readers.formats import open_reader
 from readers.image.decode import decode_array

@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from conftest import REPO, SAMPLE_DATA, packed_items, run_cli
 from PIL import Image
 
+from packer.bench._plot import plot_report
+from packer.bench._report import format_markdown, format_text
 from packer.bench.baseline import ImageFolderBaseline
 from packer.bench.harness import BenchError, MemorySampler, run_measured, take_turns, time_epochs
 from packer.bench.model import BASELINE_NAME, BenchReport, Settings
-from packer.bench.plot import plot_report
-from packer.bench.report import format_markdown, format_text
 from packer.bench.run import run_bench
 from packer.cli import main
 from readers import open_dataset

@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.sources.source import scan_folder
 from readers import ImgpackError, open_dataset, open_iterable
 from readers.errors import ChecksumError, ManifestError
@@ -188,12 +188,12 @@ def test_cli_to_bmp_implies_bmp_and_resume_after_an_interrupted_finish(tmp_path,
     proc = run_cli("imagefolder", SAMPLE_DATA, "--to", "bmp", "-o", tmp_path / "cli", "--resize", "24", "-q")
     assert proc.returncode == 0, proc.stderr
     assert read_manifest(tmp_path / "cli").encoding == "bmp"
-    import packer.engine.engine
+    import packer.engine.pack_run
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # after finish() moved the files, before the manifest
 
-    monkeypatch.setattr(packer.engine.engine, "write_manifest", crash)
+    monkeypatch.setattr(packer.engine.pack_run, "write_manifest", crash)
     spec = PreprocessSpec(resize=24)
     with pytest.raises(KeyboardInterrupt):
         pack_folder(SAMPLE_DATA, tmp_path / "api", "bmp", spec, options={"shards": 2})

@@ -17,7 +17,7 @@ from packer.cli import main
 from readers import AspectBuckets, ResumeError, make_loader, open_iterable
 from readers.bucketing.bucket_order import carry_length, carry_schedule
 from readers.formats import open_reader
-from readers.order.order import global_order
+from readers.order.epoch_order import global_order
 from tests.test_buckets_mix import FIRST, MIXED_SIZES, aspect_pack
 
 OPTIONS = {"seed": 3, "shuffle": True, "block_size": 4, "buffer_size": 16}

@@ -147,7 +147,7 @@ def test_interrupt_names_resume_only_for_commands_that_have_it(tmp_path, monkeyp
     monkeypatch.setattr(packer.info.verify, "verify_dataset", interrupted)
     result = CliRunner().invoke(main, ["verify", str(tmp_path)])
     assert result.exit_code == 130 and result.output.strip() == "interrupted"
-    monkeypatch.setattr("packer.engine.engine.pack", interrupted)
+    monkeypatch.setattr("packer.engine.pack_run.pack", interrupted)
     result = invoke("imagefolder", SAMPLE_DATA, "--to", "lmdb", "-o", tmp_path / "out", "-q")
     assert result.exit_code == 130
     assert result.output.strip() == "interrupted; re-run the same command with --resume to finish"

@@ -175,7 +175,7 @@ def test_pack_coco_cli_moves_boxes_with_resize_and_crop(coco, tmp_path, fmt):
 def test_pack_workers_move_the_boxes_with_the_pixels(coco, tmp_path):
     """The boxes are refitted where the image is resized (``preprocess_chunk`` in a pack worker),
     once: a pool of two workers stores exactly what the in-process pack stores."""
-    from packer.engine.engine import pack_folder
+    from packer.engine.pack_run import pack_folder
     from packer.engine.parts import preprocess_chunk
     from readers.formats import open_reader
     from readers.formats.packed_sample import PreprocessSpec

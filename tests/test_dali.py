@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-import readers.dali.loader as rd
+import readers.dali._loader as rd
 from readers import open_dataset
 from readers.dali import DaliUnavailableError, dali_loader, select_path
-from readers.dali.feed import BatchFeed
+from readers.dali._feed import BatchFeed
 from readers.errors import OptionError
 from readers.formats import format_names, open_reader
-from readers.order.order import OrderSpec
+from readers.order.epoch_order import OrderSpec
 from readers.order.resume import ResumeError
 from tests.conftest import REPO, cli_env
 

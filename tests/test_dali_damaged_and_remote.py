@@ -21,7 +21,7 @@ from tests.helpers_damage import SMALL, SPLIT, upload_copy
 # -- DALI on damaged datasets, remote tar, a killed py_workers process -----------
 def _damaged(tmp_path: Path, fmt: str, damage: str) -> Path:
     """A copy of a 44-sample dataset with one image of part 1 corrupted, or part 1 truncated."""
-    from packer.engine.engine import pack_folder
+    from packer.engine.pack_run import pack_folder
     from readers.formats.packed_sample import PreprocessSpec
 
     root = tmp_path / f"{fmt}-{damage}"

@@ -20,9 +20,9 @@ import torch
 from packer.scan.rows import Row, pack_rows
 from readers import RandomResizedCrop
 from readers.dali import dali_loader
-from readers.dali.fields import carried, stored_fields
+from readers.dali._fields import carried, stored_fields
 from readers.errors import OptionError
-from readers.fields.fields import KINDS, typed
+from readers.fields.field_schema import KINDS, typed
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import formats_storing_fields
 from readers.store.record import Record

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from packer.bench.planted import KINDS, planted
-from packer.dedup.dedup import DEFAULT_NEAR_DISTANCE
+from packer.dedup.deduper import DEFAULT_NEAR_DISTANCE
 from packer.dedup.overlap import load_hashes, read_indices
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.info.verify import verify_dataset
 from packer.transform.preprocess import preprocess_file
 from readers import read_manifest, source_paths

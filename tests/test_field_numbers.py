@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.sources.imagelist import scan_list
 from readers import dali_loader, make_loader, mix, open_dataset, open_iterable
 from readers.formats.registry import formats_storing_fields
@@ -116,9 +116,9 @@ def test_an_integer_beyond_int64_is_refused_at_pack_time_with_its_line(images, t
 
 
 def test_dali_carries_float_fields_as_float64():
-    """The bytes ``dali_loader`` moves through its pipeline per sample (``readers.dali.fields``)."""
-    from readers.dali.fields import from_bytes, to_bytes
-    from readers.fields.fields import typed
+    """The bytes ``dali_loader`` moves through its pipeline per sample (``readers.dali._fields``)."""
+    from readers.dali._fields import from_bytes, to_bytes
+    from readers.fields.field_schema import typed
 
     many = typed({"many": "floats"}, {"many": VALUES})["many"]
     assert _exact(from_bytes("floats", to_bytes("floats", many))) == VALUES

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.scan.rows import Row, pack_rows
 from packer.sources.imagelist import scan_list
 from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iterable
@@ -279,7 +279,7 @@ def test_batch_collation_equals_collating_each_sample(pad):
     per-sample target of each sample, collated, gives: samples without boxes, boxes dropped by the
     crop or by min_visibility, missing values and flips included."""
     from readers.fields.boxes import geometry_for_window
-    from readers.fields.fields import as_tensors, typed
+    from readers.fields.field_schema import as_tensors, typed
     from readers.fields.sample_fields import FieldPlan
     from tests.test_boxes import random_batch
 

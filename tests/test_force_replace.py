@@ -62,7 +62,7 @@ def test_an_open_batch_iterable_stops_with_replaced_when_force_swaps_its_dataset
 
 def test_a_swap_between_reading_the_manifest_and_opening_the_reader_is_caught(tmp_path, monkeypatch):
     import readers.formats as formats
-    from packer.output.output import exchange
+    from packer.output.output_dir import exchange
     from readers.errors import DatasetReplacedError
 
     for name in ("ds", "new"):

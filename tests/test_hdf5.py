@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.sources.source import scan_folder
 from packer.transform.preprocess import preprocess_file
 from readers import open_dataset, open_iterable
@@ -115,12 +115,12 @@ def test_raw_without_fixed_size_is_refused(tmp_path):
 def test_output_is_identical_for_any_worker_count_and_after_an_interrupted_finish(tmp_path, monkeypatch):
     spec = PreprocessSpec(**SPECS["jpeg"])
     one = pack_folder(SAMPLE_DATA, tmp_path / "one", "hdf5", spec, workers=1, options={"shards": 2})
-    import packer.engine.engine
+    import packer.engine.pack_run
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # dies after finish() wrote the attributes, before the manifest
 
-    monkeypatch.setattr(packer.engine.engine, "write_manifest", crash)
+    monkeypatch.setattr(packer.engine.pack_run, "write_manifest", crash)
     with pytest.raises(KeyboardInterrupt):
         pack_folder(SAMPLE_DATA, tmp_path / "two", "hdf5", spec, workers=2, options={"shards": 2})
     monkeypatch.undo()

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from packer.cli import main
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.sources.imagelist import scan_list
 from packer.sources.source import scan_folder
 from readers import open_dataset, read_manifest

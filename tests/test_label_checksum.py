@@ -74,7 +74,7 @@ def _edit_tar_label(root: Path, index: int, new: int) -> Path:
 
 def _edit_tfrecord_label(root: Path, index: int, new: int) -> Path:
     """The label in the record's ``imgpack/meta`` feature, its CRC32C recomputed (a careful editor)."""
-    from readers.formats.tfrecord.example import varint
+    from readers.formats.tfrecord._example import varint
     from readers.store.checksums import masked_crc
 
     old = _record_of(root, index)

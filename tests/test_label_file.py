@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.info.reindex import reindex
 from packer.info.verify import verify_dataset
 from readers.errors import ChecksumError, ImgpackError, ManifestError

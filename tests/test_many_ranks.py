@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from packer.bench.suites import many_ranks
-from readers.order.order import OrderSpec, global_order, order_at, rank_order
+from readers.order.epoch_order import OrderSpec, global_order, order_at, rank_order
 from tests.helpers_formats import numbered_and_not
 
 

@@ -36,7 +36,7 @@ def test_a_file_name_that_is_not_utf8_packs(tmp_path, fmt):
 def test_tfrecord_keeps_the_file_name_bytes_and_resume_packs_it(tmp_path):
     import struct
 
-    from readers.formats.tfrecord.example import decode_example
+    from readers.formats.tfrecord._example import decode_example
     from tests.packrun import SLOW_PACK, kill_group, run_pack, start_pack, wait_started
 
     out = tmp_path / "out"

@@ -122,12 +122,12 @@ def test_user_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
 
 BUGGY_PACK = """
 import sys
-import packer.engine.engine
+import packer.engine.pack_run
 
 def pack(*args, **kwargs):
     raise ValueError("an internal bug, not a user mistake")
 
-packer.engine.engine.pack = pack
+packer.engine.pack_run.pack = pack
 from packer.cli import main
 main(sys.argv[1:], prog_name="pack")
 """

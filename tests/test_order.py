@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from readers.order.order import OrderSpec, global_order, rank_order, worker_chunks
+from readers.order.epoch_order import OrderSpec, global_order, rank_order, worker_chunks
 
 
 @pytest.mark.parametrize("n", [1, 7, 64, 1000])

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers.errors import ImgpackError
 from readers.formats import format_names, register_format, unregister_format
 from readers.formats.packed_sample import PreprocessSpec

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packer.dedup.overlap import load_hashes, overlap_pairs, read_indices
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import read_manifest, source_paths
 from readers.formats import format_named, format_names
 from readers.formats.packed_sample import PreprocessSpec

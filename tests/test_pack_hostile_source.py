@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.info.verify import verify_dataset
 from readers import open_dataset, read_manifest
 from readers.formats import format_names

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.info.verify import verify_dataset
 from packer.sources.source import scan_folder
 from readers.formats.packed_sample import PreprocessSpec
@@ -129,7 +129,7 @@ def test_a_ray_task_stops_and_drops_its_staged_part_when_the_driver_is_gone(tmp_
     with the pid of a driver that was killed, and with a live one."""
     import socket
 
-    from packer.engine.ray_engine import DriverGone, _pack_part, _staged_writer
+    from packer.engine._ray_engine import DriverGone, _pack_part, _staged_writer
     from readers.formats.registry import open_writer
 
     items = scan_folder(SAMPLE_DATA).items

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image, ImageOps
 from torch.utils.data import DataLoader
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.sources.source import scan_folder
 from packer.transform.preprocess import exif_orientation, preprocess_file
 from readers import open_dataset, read_manifest
@@ -176,7 +176,7 @@ def test_incomplete_dataset_is_refused(tmp_path, packed):
 
 
 def test_interrupted_pack_resumes(tmp_path, monkeypatch):
-    from packer.engine import local_engine as engine  # where the local engine writes its parts
+    from packer.engine import _local_engine as engine  # where the local engine writes its parts
 
     out = tmp_path / "ds"
     calls = {"n": 0}

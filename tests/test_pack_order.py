@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.scan.source_items import SourceItems
 from packer.sources.source import SourceItem, scan_folder
 from readers import open_dataset, read_manifest, source_index, source_paths
 from readers.formats import format_names
 from readers.formats.packed_sample import PreprocessSpec
-from readers.order.order import pack_order
+from readers.order.epoch_order import pack_order
 from tests.conftest import SAMPLE_DATA, run_cli
 from tests.helpers_formats import numbered_and_not
 from tests.packrun import SLOW_PACK, copy_source, kill_after_parts, run_pack

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import open_dataset
 from readers.errors import ManifestError
 from readers.formats import format_names

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from packer.cli import main
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.sources.remote_source import scan_url
 from packer.sources.source import scan_folder
 from readers.errors import ImgpackError
@@ -194,7 +194,7 @@ def test_credentials_never_reach_the_error(tmp_path):
 
 
 def test_a_second_pack_into_the_same_url_stops_at_once(s3):
-    from packer.output.output import OutputLock
+    from packer.output.output_dir import OutputLock
     from packer.output.remote_output import staging_folder
 
     _, options = s3

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from packer.cli import main
-from packer.engine.engine import pack, pack_folder
+from packer.engine.pack_run import pack, pack_folder
 from packer.scan.source_registry import register_source, registered_sources, unregister_source
 from packer.spec import PackSpec
 from readers import open_dataset, read_manifest

@@ -8,7 +8,7 @@ import socket
 import numpy as np
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import open_dataset, read_manifest
 from readers.formats.packed_sample import PreprocessSpec
 from tests.badinput import make_bad_corpus

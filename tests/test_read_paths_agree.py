@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from readers import RandomResizedCrop, make_loader, mix, open_iterable
-from readers.batch.whole_batch import WholeBatchCollatedError
+from readers.batch._whole_batch import WholeBatchCollatedError
 from readers.dali import dali_loader
 from readers.errors import ImgpackError, OptionError
 from readers.spec import ReadSpec, entry_points

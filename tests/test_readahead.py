@@ -22,7 +22,7 @@ from PIL import Image
 from packer.bench.pagecache import dataset_resident, evict, resident
 from readers import make_loader, open_iterable
 from readers.errors import OptionError
-from readers.formats.lmdb.pages import PageTable, PageTableError
+from readers.formats.lmdb._pages import PageTable, PageTableError
 from readers.formats.registry import format_names
 from readers.remote import readahead
 from readers.remote.readahead import PIECE, Extent, ReadAhead, resolve_budget

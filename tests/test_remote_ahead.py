@@ -202,7 +202,7 @@ BOUND = 8  # seconds ($IMGPACK_REMOTE_TIMEOUT): a loaded machine's moto may take
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_stalled_server_is_a_remote_error_within_the_bound(packed, monkeypatch, workers):
-    from readers.remote.remote import RemoteError
+    from readers.remote.urls import RemoteError
     from tests.s3server import moto_s3_process, stopped
 
     with moto_s3_process() as (fs, options, proc):

@@ -74,7 +74,7 @@ def tiny_disk(tmp_path):
 
 @pytest.mark.parametrize("fmt", format_names())
 def test_full_cache_disk_is_named_not_blamed_on_the_server(s3, packed, tiny_disk, fmt):
-    from readers.remote.remote import CacheError
+    from readers.remote.urls import CacheError
 
     fs, options = s3
     url = upload_copy(s3, packed, fmt, f"full-cache-{fmt}")

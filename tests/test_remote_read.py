@@ -215,7 +215,7 @@ def test_unreachable_endpoint_and_bad_storage_options_never_echo_secrets():
     from click.testing import CliRunner
 
     from packer.cli import main
-    from readers.remote.remote import RemoteError
+    from readers.remote.urls import RemoteError
     from tests.s3server import free_port
 
     options = {

@@ -29,7 +29,7 @@ def stoppable_s3():
 
 def test_remote_call_bound_defaults_and_setting(monkeypatch):
     from readers.errors import OptionError
-    from readers.remote.remote import bounded_options, call_bound
+    from readers.remote.urls import bounded_options, call_bound
 
     monkeypatch.delenv("IMGPACK_REMOTE_TIMEOUT", raising=False)
     assert call_bound() == 120
@@ -48,7 +48,7 @@ def test_stalled_server_mid_read_is_a_remote_error_within_the_bound(
     packed, stoppable_s3, monkeypatch, workers
 ):
     from readers import make_loader
-    from readers.remote.remote import RemoteError
+    from readers.remote.urls import RemoteError
 
     fs, options, proc = stoppable_s3
     fs.put(str(packed("tar", options=SPLIT, **SMALL)), "imgpack-test/ds", recursive=True)

@@ -11,7 +11,7 @@ from readers import open_iterable
 def test_pack_resize_equals_read_resize_of_a_lossless_original(tmp_path):
     from PIL import Image
 
-    from packer.engine.engine import pack_folder
+    from packer.engine.pack_run import pack_folder
     from readers.formats.packed_sample import PreprocessSpec
     from tests.conftest import SAMPLE_DATA
 

@@ -1,6 +1,6 @@
 """`--samples-per-shard N` cuts at dataset indices: every shard but the last holds N kept samples
 whatever was skipped, for the pool (1 and 2 workers) and Ray, every format, local and s3://,
-the same bytes on every path, and after a kill and `--resume` (packer/engine/part_plan.py)."""
+the same bytes on every path, and after a kill and `--resume` (packer/engine/_part_plan.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from packer.engine import ray_engine
-from packer.engine.engine import pack_folder
-from packer.output.output import PROGRESS_NAME
+from packer.engine import _ray_engine as ray_engine
+from packer.engine.pack_run import pack_folder
+from packer.output.output_dir import PROGRESS_NAME
 from packer.sources.source import scan_folder
 from readers import open_dataset, read_manifest, source_paths
 from readers.formats import format_names
@@ -141,7 +141,7 @@ def test_a_resume_drops_the_parts_a_dead_ray_run_left_staged(src, tmp_path, monk
     fmt, options = NUMBERED_AND_NOT[0], {"samples_per_shard": PER_SHARD}
     pack_folder(src, tmp_path / "whole", fmt, SPEC, workers=1, options=options)
     out = tmp_path / "resumed"
-    from packer.engine import local_engine
+    from packer.engine import _local_engine as local_engine
 
     real, written = local_engine.write_part, []
 
@@ -211,10 +211,10 @@ def test_ray_to_s3_drops_the_parts_the_re_cut_no_longer_has(ray_cluster, s3, src
 @pytest.mark.slow
 def test_a_re_cut_task_copies_carried_results_and_decodes_only_the_rest(ray_cluster, src, monkeypatch):
     """The Ray re-cut copies encoded samples from the earlier tasks' results instead of decoding
-    them again (packer/engine/ray_carry.py)."""
+    them again (packer/engine/_ray_carry.py)."""
     import ray
 
-    from packer.engine import ray_carry
+    from packer.engine import _ray_carry as ray_carry
     from packer.engine.parts import preprocess_items
 
     items = list(scan_folder(src).items[:30])
@@ -242,7 +242,7 @@ def test_the_pool_s_fill_and_the_exact_cut_agree_on_any_skips(seed):
     the written parts recorded) give the same parts, and each part but the last holds N."""
     import numpy as np
 
-    from packer.engine.part_plan import Lookahead, fill_part, plan_parts
+    from packer.engine._part_plan import Lookahead, fill_part, plan_parts
     from packer.engine.parts import FIRST_KEY, SKIPPED_AT_KEY, SOURCE_COUNT_KEY, SOURCE_START_KEY
     from readers.formats.writer_base import PartResult
 

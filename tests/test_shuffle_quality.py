@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import open_iterable, shuffle_quality
 from readers.formats.packed_sample import PreprocessSpec
-from readers.order.order import pack_order
+from readers.order.epoch_order import pack_order
 from readers.order.quality import _iid_distinct
 from tests.conftest import run_cli
 

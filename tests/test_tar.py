@@ -15,7 +15,7 @@ from conftest import SAMPLE_DATA, packed_items, run_cli
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.sources.source import scan_folder
 from packer.transform.preprocess import exif_orientation
 from readers import open_dataset, open_iterable

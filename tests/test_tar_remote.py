@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from readers import open_dataset, open_iterable
 from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
-from readers.remote.remote import RemoteError, bounded_options
+from readers.remote.urls import RemoteError, bounded_options
 from readers.store.checksums import file_sha256
 from tests.s3server import BUCKET
 

@@ -18,7 +18,7 @@ from tfrecord.tools.tfrecord2idx import create_index
 from readers import open_dataset, read_manifest
 from readers.errors import ChecksumError
 from readers.formats import open_reader
-from readers.formats.tfrecord.example import decode_example, encode_example
+from readers.formats.tfrecord._example import decode_example, encode_example
 from readers.formats.tfrecord.reader import scan_records
 from readers.image.decode import decode_array
 from readers.store.checksums import file_sha256
@@ -232,7 +232,7 @@ def test_check_crc_false_skips_only_the_data_crc(packed, tmp_path):
 def _swap_stored_sizes(path):
     """Rewrite every record of a TFRecord dataset with height and width swapped in its features
     (the same byte length, CRCs recomputed): what a foreign or hand-edited record may hold."""
-    from readers.formats.tfrecord.example import decode_example, encode_example
+    from readers.formats.tfrecord._example import decode_example, encode_example
     from readers.formats.tfrecord.reader import META_FEATURE, frame
 
     for shard in read_manifest(path).shards:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from packer.cli import main
 from readers import open_dataset
-from readers.formats.tfrecord.example import decode_example
+from readers.formats.tfrecord._example import decode_example
 from tests.cocodata import coco_pack_args, make_coco
 
 

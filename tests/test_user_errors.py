@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import make_loader, mix, open_dataset, open_iterable
 from readers.dali import dali_loader
 from readers.errors import CallError, ImgpackError, OptionError

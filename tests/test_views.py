@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader
 
 from packer.edit.views import write_view
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import make_loader, mix, open_dataset, open_iterable, source_paths
 from readers.datasets.views import ViewReader
 from readers.errors import OptionError

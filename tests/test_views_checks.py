@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from packer.edit.views import read_index_list, split_views, write_view
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.info.verify import verify_dataset
 from readers import open_iterable, source_paths
 from readers.datasets.views import ViewParentError, check_parent, parent_record

@@ -37,7 +37,7 @@ def test_double_batching_in_workers_is_one_clear_line(packed):
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        "readers.batch.whole_batch.WholeBatchCollatedError: open_iterable(batch_size=B) already"
+        "readers.batch._whole_batch.WholeBatchCollatedError: open_iterable(batch_size=B) already"
     ), last
     assert "DataLoader(dataset, batch_size=None, ...)" in last and "in DataLoader worker process" in last
     assert "Original Traceback" not in proc.stderr and "Caught WholeBatchCollatedError" not in proc.stderr

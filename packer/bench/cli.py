@@ -144,9 +144,9 @@ def compare(
     The same as pack bench DATASET...; other questions (object storage, FFCV, packing, scale) are
     suites: pack bench suites.
     """
+    from packer.bench._plot import plot_report
+    from packer.bench._report import format_markdown, format_text
     from packer.bench.model import Settings
-    from packer.bench.plot import plot_report
-    from packer.bench.report import format_markdown, format_text
     from packer.bench.run import run_bench
 
     if plot_path:
@@ -160,7 +160,7 @@ def compare(
         if target and not Path(target).resolve().parent.is_dir():
             raise click.BadParameter(f"{target}: its folder does not exist", param_hint="--json/--plot")
     if cold or memory_cap:
-        from packer.bench.cold import cold_command
+        from packer.bench._cold import cold_command
 
         cold_command(list(datasets), workers, batch_size, memory_cap, records_only, drop_caches, rounds, crop,
                      seed, json_path, quiet, readahead)  # fmt: skip

@@ -1,4 +1,4 @@
-"""One measured epoch in a fresh process, for ``pack bench --cold`` (``packer.bench.cold``).
+"""One measured epoch in a fresh process, for ``pack bench --cold`` (``packer.bench._cold``).
 
 ``python -m packer.bench.cold_epoch '<json settings>'`` opens the dataset, reads one epoch through
 ``make_loader`` and prints ``{"images", "bytes", "seconds", "hinted_bytes"}`` as JSON. A fresh

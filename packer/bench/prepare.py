@@ -22,7 +22,7 @@ def ensure_packed(
 ) -> Path:
     """``out``, packed from ``src`` with ``spec`` (a ``PreprocessSpec``) unless an earlier run
     left a complete dataset there (its manifest is written last)."""
-    from packer.engine.engine import pack_folder
+    from packer.engine.pack_run import pack_folder
     from readers.store.manifest import MANIFEST_NAME
 
     out = Path(out)

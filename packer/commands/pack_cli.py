@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from packer.commands.cli_options import storage_options_option
-from packer.dedup.dedup import dedup_options
+from packer.dedup.deduper import dedup_options
 from packer.spec import ENGINES, ON_ERRORS
 from readers.errors import ImgpackError
 from readers.formats.pack_option import PackOption
@@ -27,7 +27,7 @@ from readers.formats.packed_sample import (
     PreprocessSpec,
 )
 from readers.formats.registry import format_names, formats_taking, registered
-from readers.order.order import PACK_ORDERS
+from readers.order.epoch_order import PACK_ORDERS
 from readers.store.manifest import ENCODINGS
 
 PREPROCESS = tuple(f.name for f in dataclasses.fields(PreprocessSpec))  # the flags' names too

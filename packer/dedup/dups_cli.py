@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from packer.commands.cli_options import storage_options_option
-from packer.dedup.dedup import DEFAULT_NEAR_DISTANCE
+from packer.dedup.deduper import DEFAULT_NEAR_DISTANCE
 
 distance_option = click.option(
     "--distance",
@@ -76,7 +76,7 @@ def dups(dataset: str, distance: int, as_json: bool, indices_out, sheet, storage
         why = f"pack dups {dataset} --distance {distance}: every member of a group of duplicates"
         write_indices(indices_out, extra, f"{why} but its first ({len(extra)} of {len(hashes.records)})")
     if sheet:
-        from packer.dedup.dup_sheet import save_rows_sheet
+        from packer.dedup._dup_sheet import save_rows_sheet
 
         closest = {(p.a, p.b): p.distance for p in pairs}
         rows = [[(0, i, f"#{i}" + ("" if i == g[0] else f" d{closest.get((g[0], i), '~')}")) for i in g]
@@ -113,7 +113,7 @@ def overlap(a: str, b: str, distance: int, as_json: bool, indices_out, sheet, st
         write_indices(indices_out, [p.b for p in pairs], f"pack overlap {a} {b} --distance {distance}: "
                       f"the samples of B found in A ({len(pairs)} of {len(hb.records)})")  # fmt: skip
     if sheet:
-        from packer.dedup.dup_sheet import save_rows_sheet
+        from packer.dedup._dup_sheet import save_rows_sheet
 
         rows = [[(0, p.a, f"A #{p.a}"), (1, p.b, f"B #{p.b} {p.kind} d{p.distance}")] for p in pairs]
         save_rows_sheet([a, b], rows, sheet, storage_options=options)

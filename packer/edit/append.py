@@ -3,7 +3,7 @@
 How (one mechanism for every source and format):
 1. The new source is scanned (any source command's ``SourceScan``); its class names are mapped
    onto the dataset's (existing ones keep their index, new ones are added at the end).
-2. It is packed by the ordinary engine (packer/engine/engine.py, so ``--engine ray``, ``--resume``,
+2. It is packed by the ordinary engine (packer/engine/pack_run.py, so ``--engine ray``, ``--resume``,
    fields and the pack-time shuffle all apply) into ``DS/.imgpack-append`` with the dataset's
    recorded preprocessing options, its writer shifted to the dataset's next sample index and part
    number (``FormatWriter.index_base`` / ``part_base``): the new files carry their final names and
@@ -27,17 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packer.dedup.dedup import Known
-from packer.edit.append_place import LocalPlace, Place, RemotePlace
-from packer.engine.engine import PackReport, pack
-from packer.output.output import OutputLock, versioned
+from packer.dedup.deduper import Known
+from packer.edit._append_place import LocalPlace, Place, RemotePlace
+from packer.engine.pack_run import PackReport, pack
+from packer.output.output_dir import OutputLock, versioned
 from packer.sources.source import SourceScan
 from packer.spec import PackSpec
 from packer.transform.sizes import KEY as SIZES_KEY
 from packer.transform.sizes import merge_sizes
 from readers.errors import ImgpackError, OptionError
 from readers.formats.packed_sample import PreprocessSpec
-from readers.remote.remote import is_url
+from readers.remote.urls import is_url
 from readers.store.checksums import sha256_of_bytes
 from readers.store.manifest import (
     MANIFEST_NAME,
@@ -131,7 +131,7 @@ def append_to(
     folder or a URL (``s3://...``, opened with ``storage_options``). ``spec``: preprocessing
     options that must match the dataset's; ``options``: ``packer.spec.PackSpec``'s keywords for
     the rest (``workers``, ``engine``, ``options``, ``resume``, ``dedup``, ...). ``dedup``
-    (packer/dedup/dedup.py) skips new samples that repeat one of the dataset's or an earlier new one."""
+    (packer/dedup/deduper.py) skips new samples that repeat one of the dataset's or an earlier new one."""
     storage_options = options.get("storage_options")
     manifest = read_manifest(dataset, storage_options)
     asked = PackSpec(source=scan, out=dataset, format=manifest.format, **options)

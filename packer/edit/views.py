@@ -27,7 +27,7 @@ import numpy as np
 from readers.datasets.views import VIEW_FORMAT, ViewReader, parent_record
 from readers.errors import ManifestError, OptionError
 from readers.formats import FormatReader, open_reader
-from readers.remote.remote import is_url, join_url, url_fs
+from readers.remote.urls import is_url, join_url, url_fs
 from readers.store.checksums import sha256_of_bytes
 from readers.store.manifest import MANIFEST_NAME, Manifest, Shard, read_manifest, write_atomic
 from readers.store.sample_sources import source_paths

@@ -1,7 +1,7 @@
 """One part of a pack, the same for every engine: preprocess its samples, write its files.
 
-The local engine (packer/engine/engine.py) feeds ``write_part`` from its process pool; a Ray task
-(packer/engine/ray_engine.py) runs ``preprocess_chunk`` and ``write_part`` itself. A finished part is a
+The local engine (packer/engine/pack_run.py) feeds ``write_part`` from its process pool; a Ray task
+(packer/engine/_ray_engine.py) runs ``preprocess_chunk`` and ``write_part`` itself. A finished part is a
 ``PartResult``; ``part_to_dict`` / ``part_from_dict`` are its JSON form, used by the progress
 file and by Ray tasks (which return plain dicts to the driver).
 """
@@ -22,14 +22,14 @@ from packer.transform.sizes import SizeTally
 from readers.errors import ImgpackError
 from readers.formats.packed_sample import PackedSample, PreprocessSpec
 from readers.formats.writer_base import FormatWriter, PartResult, PartWriter, disk_hint
-from readers.remote.remote import is_url
+from readers.remote.urls import is_url
 from readers.store.manifest import Shard
 
 Failure = tuple[int, str, str]  # (source index, relative path, reason)
 FIRST_KEY = "first"  # PartResult.extra: the dataset index the part's first sample was given
 SKIPPED_AT_KEY = "skipped_at"  # PartResult.extra: positions in the part of the files skipped
 SOURCE_START_KEY = "source_start"  # PartResult.extra: pack-order position of its first source file
-# PartResult.extra: how many source files it took (packer/engine/part_plan.py)
+# PartResult.extra: how many source files it took (packer/engine/_part_plan.py)
 SOURCE_COUNT_KEY = "source_count"
 FIELD_COUNTS_KEY = "field_counts"  # in a part's extra: how many of its samples set each field
 BLOCK = 32  # items preprocessed (and, from a URL, read) together inside one task

@@ -26,7 +26,7 @@ from typing import Any
 from readers.errors import ChecksumError, ImgpackError
 from readers.formats import FormatReader, open_reader
 from readers.image.decode import decode_record
-from readers.remote.remote import ShardCache, is_url
+from readers.remote.urls import ShardCache, is_url
 from readers.store.manifest import read_manifest
 from readers.store.sample_hashes import stored_hashes
 

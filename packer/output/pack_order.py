@@ -1,14 +1,14 @@
 """The order a pack writes its samples in, and how each sample gets its dataset index.
 
 A pack writes the source in a seeded permutation (``--order shuffled``, the default;
-``readers.order.order.pack_order``), so a reader that takes blocks of consecutive records still sees
+``readers.order.epoch_order.pack_order``), so a reader that takes blocks of consecutive records still sees
 classes mixed, even from a class-sorted folder. The permutation is applied to the compact scan
 table as an index array (no per-file Python objects) and the parts are cut from the permuted
 sequence, so every engine and worker count writes the same bytes.
 
 A kept sample's dataset index is its part's first index plus its position among the part's
 kept samples; where the parts are cut, and how a cut is corrected once the skips are known, is
-packer/engine/part_plan.py.
+packer/engine/_part_plan.py.
 
 ``source-paths.nul`` maps dataset index -> source path: the relative path of every sample, in
 dataset order, UTF-8 (``surrogateescape``) and NUL-terminated (``readers.store.sample_sources``).
@@ -25,7 +25,7 @@ import numpy as np
 from packer.engine.parts import SKIPPED_AT_KEY
 from packer.scan.source_items import SourceItems, rel_run
 from readers.formats.writer_base import PartResult
-from readers.order.order import pack_order
+from readers.order.epoch_order import pack_order
 from readers.store.sample_sources import SOURCE_PATHS_NAME
 
 Parts = list[tuple[int, Any]]  # (part number, its items)

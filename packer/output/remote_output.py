@@ -14,7 +14,7 @@ download); "as-is" ones (LMDB) have nothing to do; "local" ones rewrite their fi
 the manifest in each file, BMP renames every image), so their parts are downloaded into the
 staging folder, finished there and uploaded again.
 
-``--force`` deletes only objects imgpack recognises as its own (the rules of packer/output/output.py);
+``--force`` deletes only objects imgpack recognises as its own (the rules of packer/output/output_dir.py);
 unlike a local output, a replaced remote dataset is not swapped in atomically: the old manifest
 goes first, so readers see "no dataset" rather than a mixture.
 """
@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from packer.output.output import (
+from packer.output.output_dir import (
     OutputLock,
     dataset_format,
     manifest_is_ours,
@@ -42,7 +42,7 @@ from readers.errors import ImgpackError
 from readers.formats.format import Format
 from readers.formats.registry import registered
 from readers.formats.writer_base import FormatWriter, PartResult
-from readers.remote.remote import Progress, RemoteError, remote_call, url_fs
+from readers.remote.urls import Progress, RemoteError, remote_call, url_fs
 from readers.store.manifest import MANIFEST_NAME, PROGRESS_NAME, Shard
 from readers.store.sample_hashes import is_hashes_name
 from readers.store.sample_sources import SOURCE_PATHS_NAME

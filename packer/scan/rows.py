@@ -3,14 +3,14 @@ uses (``pack imagelist`` after parsing its list, ``pack coco`` after parsing its
 
 A ``Row`` is ``(path, label, fields)``: the image's path (relative to ``root``, or absolute inside
 it), its class index (-1 for a sample without a single class, e.g. a COCO image with several
-categories) and its fields (``{name: value}``, kinds in readers/fields/fields.py). ``scan_rows`` checks
+categories) and its fields (``{name: value}``, kinds in readers/fields/field_schema.py). ``scan_rows`` checks
 each path (inside the root, symlinks included; no duplicate; the file exists) and each row's
 fields against the schema (given, or inferred from the rows: an int column seen with a float is
 widened to float; a field whose kinds do not mix, a NaN box or a caption that is not UTF-8 is a
 skip naming the row's ``where``). The fields travel with the scan's compact table as one JSON
 document per sample (packer/scan/source_items.py), never as per-item Python objects, and the scan's
 ``fields`` holds the schema the manifest records. Pack it with ``pack_rows`` (or
-``packer.engine.engine.pack_folder(scan, ...)``).
+``packer.engine.pack_run.pack_folder(scan, ...)``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from packer.scan.source_items import SourceItem
 from packer.sources.source import SourceScan
 from readers.errors import ImgpackError
-from readers.fields.fields import FieldError, check_schema, encode, infer_schema, normalise
+from readers.fields.field_schema import FieldError, check_schema, encode, infer_schema, normalise
 
 # Integer labels without a class list imply classes 0..max: a label above this (or the row
 # count, when larger) is a typo or an id, not a class, and would build that many class names.
@@ -93,7 +93,7 @@ def fields_schema(rows: Sequence[Row], declared: dict[str, str] | None, where: s
 
 
 def _first_kind(row: Row, name: str) -> str:
-    from readers.fields.fields import kind_of
+    from readers.fields.field_schema import kind_of
 
     value = row.fields.get(name)
     return "" if value is None else kind_of(value)
@@ -154,8 +154,8 @@ def pack_rows(
     **pack_options: Any,
 ):
     """Pack ``rows`` (their images below ``root``) into ``out``: ``scan_rows`` then
-    ``packer.engine.engine.pack_folder`` with ``pack_options`` (spec=, workers=, options=, force=, ...)."""
-    from packer.engine.engine import pack_folder
+    ``packer.engine.pack_run.pack_folder`` with ``pack_options`` (spec=, workers=, options=, force=, ...)."""
+    from packer.engine.pack_run import pack_folder
 
     scan = scan_rows(rows, root, classes, schema, skipped)
     return pack_folder(scan, out, fmt, **pack_options)

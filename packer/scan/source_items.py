@@ -39,7 +39,7 @@ class SourceItem:
     path: str  # absolute path
     rel: str  # posix path relative to the source root, as recorded in manifests
     label: int
-    fields: str = ""  # the sample's fields as canonical JSON (readers.fields.fields.encode), "" for none
+    fields: str = ""  # the sample's fields, canonical JSON (readers.fields.field_schema.encode); "": none
 
 
 def _encoded(text: str) -> bytes:

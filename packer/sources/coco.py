@@ -1,7 +1,7 @@
 """Scanning a COCO detection file (``instances_*.json``) into rows with boxes: ``pack coco``.
 
 Each entry of ``images`` is one sample, its annotations its boxes. Fields (kinds of
-``readers.fields.fields``): ``boxes`` (COCO x, y, width, height in pixels, float32), ``categories`` (per
+``readers.fields.field_schema``): ``boxes`` (COCO x, y, width, height in pixels, float32), ``categories`` (per
 box, the index into the classes), ``iscrowd`` (per box, 0 or 1), ``image_id`` (COCO's id) and,
 when the file has any, ``segmentation`` (JSON: per box COCO's polygons or RLE, None where the
 annotation has none; ``readers.fields.masks`` draws them as masks that follow the image).

@@ -26,10 +26,10 @@ from typing import Any
 
 from packer.scan.rows import PathCheck, fields_schema, scan_rows
 from packer.scan.rows import Row as RowsRow
-from packer.sources.list_labels import INTEGER, NO_CLASS, label_resolver, no_class, shown, unknown_label
+from packer.sources._list_labels import INTEGER, NO_CLASS, label_resolver, no_class, shown, unknown_label
 from packer.sources.source import SourceItem, SourceScan
 from readers.errors import ImgpackError
-from readers.fields.fields import INT64, FieldError, encode, normalise
+from readers.fields.field_schema import INT64, FieldError, encode, normalise
 
 PATH_COLUMNS = ("path", "file", "filename", "file_name", "image", "image_path", "img", "image_id", "id")
 LABEL_COLUMNS = ("label", "class", "class_name", "category", "target", "label_id")
@@ -222,7 +222,7 @@ def scan_list(
 ) -> SourceScan:
     """The ``SourceScan`` of a label file, with the rows it could not use in ``skipped``.
 
-    Every other column (JSON key) is a per-sample field, typed from the data (readers/fields/fields.py),
+    Every other column (JSON key) is a per-sample field, typed from the data (readers/fields/field_schema.py),
     or only those named in ``fields``, or none (``no_fields``). ``multi_label``: the label column
     holds several labels, split at this separator (or a JSON list); such a sample's label is -1
     and its class indices are the field "labels". ``no_label``: the list has no label column (a

@@ -5,7 +5,7 @@ The image column is found by name (``image``, ``img``, ``jpg``, ``png``, ``path`
 or given; it holds bytes (a binary column, or a struct with a ``bytes`` member as Hugging Face
 writes images) or paths relative to ``--root``. The label column (``label``, ``class``...; optional)
 holds integers (whole floats count as integers, NaN as no label) or class names. Every other
-column is a per-sample field, typed from its values (``readers.fields.fields``). Image bytes are written
+column is a per-sample field, typed from its values (``readers.fields.field_schema``). Image bytes are written
 to ``workdir`` (the packer reads image files), which the caller removes after the pack. Rows are
 read a record batch at a time.
 """

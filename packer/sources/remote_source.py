@@ -21,7 +21,7 @@ from typing import Any
 from packer.scan.source_items import ItemsBuilder
 from packer.sources.source import IMAGE_EXTENSIONS, SourceScan, scan_folder
 from readers.errors import ImgpackError
-from readers.remote.remote import is_url, remote_call, url_fs
+from readers.remote.urls import is_url, remote_call, url_fs
 from readers.store.manifest import MANIFEST_NAME, PROGRESS_NAME
 
 READ_THREADS = 8  # objects read at once by one worker process

@@ -49,7 +49,8 @@ class SourceScan:
     ignored: int = 0  # non-image and hidden files
     skipped: list[dict[str, str]] = field(default_factory=list)  # not packed, with the reason
     extra: dict[str, str] = field(default_factory=dict)  # recorded in the manifest's extra
-    # The per-sample fields' schema ({name: kind}, readers/fields/fields.py); the values ride on the items.
+    # The per-sample fields' schema ({name: kind}, readers/fields/field_schema.py); the values ride
+    # on the items.
     fields: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

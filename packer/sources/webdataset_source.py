@@ -26,7 +26,7 @@ from typing import Any
 from packer.scan.rows import Row, implied_classes, scan_rows
 from packer.sources.source import SourceScan
 from readers.errors import ImgpackError
-from readers.fields.fields import parse_json
+from readers.fields.field_schema import parse_json
 
 _CLASS = re.compile(r"-1|[0-9]{1,18}")
 IMAGE_MEMBERS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "tif", "tiff")

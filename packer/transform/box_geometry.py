@@ -17,7 +17,7 @@ import numpy as np
 
 from packer.transform.preprocess import target_size
 from readers.fields.boxes import SampleGeometry, geometry_for_resize_crop, identity_geometry, transform_boxes
-from readers.fields.fields import encode
+from readers.fields.field_schema import encode
 from readers.fields.masks import SEGMENTATION, orient_segmentations, refit_segmentations
 from readers.formats.packed_sample import PackedSample, PreprocessSpec
 from readers.image.geometry import centre_window
@@ -70,7 +70,8 @@ def refit_fields(
 ) -> dict[str, Any]:
     """A sample's fields with its "boxes" turned upright and moved into the stored image's pixels,
     its "box_ints" filtered like them (a ``--crop`` can cut boxes away); ``fields`` itself when the
-    pack kept the source's geometry. The part writer's hook (fields as ``readers.fields.fields`` values)."""
+    pack kept the source's geometry. The part writer's hook (fields as ``readers.fields.field_schema``
+    values)."""
     name = next((n for n, k in schema.items() if k == "boxes" and n in fields), None)
     geometry = pack_geometry(sample.original_size, spec)
     turned = sample.orientation in ORIENTATION_MOVES

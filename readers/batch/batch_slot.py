@@ -1,6 +1,6 @@
 """One record into its batch slot: copied, decoded (only its window, where it can), resized, mirrored.
 
-``SlotWriter`` is the half of ``readers.batch.batch.BatchAssembler`` that handles one record; the
+``SlotWriter`` is the half of ``readers.batch.batch_assembler.BatchAssembler`` that handles one record; the
 numbers (the placement of a stored size, the random window) come from the read's
 ``readers.image.geometry.Geometry``. Records go straight into the batch buffer:
 

@@ -4,7 +4,7 @@
 is done with the records of each span: batch assembly into shared memory (or ``batch_transform``),
 the per-sample path through the same geometry, augmentation parameters keyed by the global
 position (a function of (seed, epoch, position), so any worker count, rank split or resume draws
-the same crops), the collate guard (``readers.batch.whole_batch``), ``pad_last`` and the decode-error
+the same crops), the collate guard (``readers.batch._whole_batch``), ``pad_last`` and the decode-error
 naming. A source (``open_iterable`` over one dataset, ``mix`` over several, the DALI CPU fallback
 through ``open_iterable``) only says how many positions an epoch has and which records they are
 (``_read``), and builds its stream with ``setup(spec, order, spec.geometry(stored sizes))``.
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from readers.batch.batch import BatchAssembler
-from readers.batch.whole_batch import whole_batch
+from readers.batch._whole_batch import whole_batch
+from readers.batch.batch_assembler import BatchAssembler
 from readers.bucketing.token_batch import assembler_of
 from readers.bucketing.token_order import EMPTY, TokenOrder
 from readers.datasets.stream import EpochStream
@@ -29,7 +29,7 @@ from readers.fields.targets import DetectionTarget, received, with_fields
 from readers.fields.targets import sample as detection_sample
 from readers.image.decode import decode_record, naming_decode_errors, to_output
 from readers.image.geometry import Geometry
-from readers.order.order import OrderSpec
+from readers.order.epoch_order import OrderSpec
 from readers.remote.readahead import ReadAhead, planned_extents
 from readers.remote.remote_ahead import fetching_ahead
 from readers.spec import ReadSpec

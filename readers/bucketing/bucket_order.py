@@ -1,11 +1,12 @@
 """The order of a bucketed read: the epoch's samples as batches of one bucket each.
 
 A pure function of (seed, epoch, the dataset's bucket of each sample, batch size, group,
-leftover rule), built from the epoch's sample order (``readers.order.order.global_order``):
+leftover rule), built from the epoch's sample order (``readers.order.epoch_order.global_order``):
 
 1. each bucket takes its samples in the epoch's order and cuts them into *groups* of
    ``group x batch`` samples: ``group`` batches of that bucket in a row (default: the world size,
-   so the ranks, dealt whole batches in rounds by ``readers.order.order``, read one bucket at each step);
+   so the ranks, dealt whole batches in rounds by ``readers.order.epoch_order``, read one bucket at
+   each step);
 2. a bucket's last, short group is filled with the bucket's own first samples of the epoch
    (``leftover="pad"``, the default: every sample at least once, each batch full), left out
    (``leftover="drop"``: every sample at most once; another set each epoch, as the order changes)
@@ -20,7 +21,7 @@ leftover rule), built from the epoch's sample order (``readers.order.order.globa
 
 The result is a permutation-with-padding of the samples whose ``batch``-aligned spans are
 batches, so ``BucketOrder`` is an ``OrderSpec`` of that length and every rank, worker and
-resume rule of readers/order/order.py and readers/order/resume.py applies unchanged: a position is a
+resume rule of readers/order/epoch_order.py and readers/order/resume.py applies unchanged: a position is a
 position in this schedule (with ``carry``, of that epoch's schedule: ``OrderSpec.at_epoch``).
 A resume with another world size needs the same ``group`` (pass ``group=`` when a run may change
 its world size: any world size dividing it works).
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from readers.errors import OptionError
-from readers.order.order import OrderSpec, global_order, rank_order
+from readers.order.epoch_order import OrderSpec, global_order, rank_order
 
 BUCKET_STREAM = 0x4255434B  # "BUCK": the spread's draws apart from the epoch's order
 

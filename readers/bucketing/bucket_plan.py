@@ -17,7 +17,7 @@ from readers.bucketing.bucket_order import BucketOrder, bucket_groups, carry_len
 from readers.bucketing.buckets import Buckets, kept_fraction, square_kept_fraction
 from readers.bucketing.token_budget import TokenBudget
 from readers.bucketing.token_order import TokenOrder, token_order
-from readers.order.order import OrderSpec
+from readers.order.epoch_order import OrderSpec
 from readers.order.resume import ResumeError
 
 SCAN_BLOCK = 1024

@@ -1,6 +1,6 @@
 """The batch assembler of a token-budget read: each image's cover window resized to its cell's grid.
 
-``TokenAssembler`` is ``readers.batch.batch.BatchAssembler`` over the read's ``TokenGeometry``
+``TokenAssembler`` is ``readers.batch.batch_assembler.BatchAssembler`` over the read's ``TokenGeometry``
 (readers/bucketing/bucket_geometry.py) whose output size is the batch's cell (sequence length, grid;
 readers/bucketing/token_budget.py) rather than a function of the stored size alone: an image's grid depends
 on the length the epoch reads it at. The cell of each sample in an epoch comes from the order
@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from readers.batch.batch import BatchAssembler
+from readers.batch.batch_assembler import BatchAssembler
 from readers.bucketing.bucket_geometry import TokenGeometry
 from readers.bucketing.token_order import TokenOrder
 from readers.errors import ImgpackError
 from readers.image.geometry import Geometry, Params
-from readers.order.order import OrderSpec
+from readers.order.epoch_order import OrderSpec
 from readers.store.record import Record
 
 

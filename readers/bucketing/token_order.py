@@ -14,7 +14,7 @@ rule), built like the bucketed schedule (readers/bucketing/bucket_order.py) from
    left out (``"drop"``: every sample at most once), the last two as for ``AspectBuckets``;
 3. the groups of all cells are interleaved so each cell is spread over the epoch.
 
-Batches have different sizes, but readers/order/order.py deals every rank whole chunks of one ``unit``:
+Batches have different sizes, but readers/order/epoch_order.py deals every rank whole chunks of one ``unit``:
 so each batch takes ``slots`` positions (the largest batch size) and a batch of fewer images leaves
 the rest ``EMPTY`` (-1), which the reading loop skips (readers/batch/record_stream.py). The schedule is
 then an ``OrderSpec`` like any other: every rank, worker and resume rule applies unchanged, a
@@ -32,7 +32,7 @@ import numpy as np
 from readers.bucketing.bucket_order import bucket_groups, interleaved, spread_shifts
 from readers.bucketing.token_budget import TokenBudget, TokenPlan, token_plan
 from readers.errors import OptionError
-from readers.order.order import OrderSpec, global_order, rank_order
+from readers.order.epoch_order import OrderSpec, global_order, rank_order
 from readers.order.resume import ResumeError
 
 EMPTY = -1  # a slot of a batch smaller than the largest: nothing is read there

@@ -10,12 +10,12 @@ import numpy as np
 from torch.utils.data import Dataset, Sampler
 
 from readers.errors import DecodeError
-from readers.fields.fields import select, target
+from readers.fields.field_schema import select, target
 from readers.fields.targets import DetectionTarget, with_fields
 from readers.fields.targets import sample as detection_sample
 from readers.formats import FormatReader, open_reader
 from readers.image.decode import decode_record
-from readers.order.order import OrderSpec, resolve_rank
+from readers.order.epoch_order import OrderSpec, resolve_rank
 from readers.order.resume import checked_epoch
 from readers.spec import ReadSpec
 from readers.store.record import Record
@@ -64,7 +64,7 @@ class PackedDataset(Dataset):
         self.classes: list[str] = list(self.reader.manifest.classes)
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self.cache = RamCache(self.reader) if spec.cache == "ram" else None
-        # With fields=: the target is {"label": ..., field: value, ...} (readers/fields/fields.py).
+        # With fields=: the target is {"label": ..., field: value, ...} (readers/fields/field_schema.py).
         self.fields = None if spec.fields is None else select(self.manifest.fields, spec.fields, str(path))
         # With target="torchvision": (image, detection target) samples (readers/fields/targets.py).
         self.target = None

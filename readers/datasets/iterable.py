@@ -1,7 +1,7 @@
 """``open_iterable``: sequential, sharded, deterministic and resumable reading of one dataset.
 
 Which samples a rank and a DataLoader worker read, and in what order, is decided in
-``readers.order.order``; what is done with the records (batches, geometry, resume) in
+``readers.order.epoch_order``; what is done with the records (batches, geometry, resume) in
 ``readers.batch.record_stream``; the options are a ``readers.spec.ReadSpec``. This module only opens
 the dataset and reads the records the order asks for.
 """
@@ -33,8 +33,8 @@ class PackedIterable(RecordStream):
     ``batch_size=None``: ``DataLoader(it, batch_size=None, num_workers=N)``. Batches are
     uint8 ``(B, C, H, W)`` (``layout="CHW"``, channels_last strides) or ``(B, H, W, C)`` and int64
     labels, built in shared memory; ``crop``, ``resize``, ``decode_threads`` and ``fast_dct`` say
-    how (see ``readers.batch.batch``). ``transform``, ``target_transform`` and ``decode`` apply to each
-    sample, so only without ``batch_size`` (an error with it); with it, ``batch_transform`` is
+    how (see ``readers.batch.batch_assembler``). ``transform``, ``target_transform`` and ``decode``
+    apply to each sample, so only without ``batch_size`` (an error with it); with it, ``batch_transform`` is
     applied to each whole batch's images. ``size=`` is the deprecated name of ``resize=``.
     ``storage_options``, ``cache_dir`` and ``cache_size`` are for a dataset behind a URL (see
     ``readers.remote.remote_parts``; the same as in ``reader_options``).

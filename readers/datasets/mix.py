@@ -3,12 +3,12 @@
 An epoch of a mix has ``epoch_size`` samples (default: the datasets' total). Dataset ``i``
 contributes ``round(weight_i / sum(weights) * epoch_size)`` of them (largest remainders, so the
 counts add up), interleaved at random: the proportions are exact per epoch and binomial-like
-inside any stretch of it. Each dataset is read in its own shuffled order (``readers.order.order``:
+inside any stretch of it. Each dataset is read in its own shuffled order (``readers.order.epoch_order``:
 blocks of ``block_size`` consecutive records, so reads stay sequential), continued from epoch
 to epoch: a dataset drawn less than its size sees its other samples next epoch; one drawn more
 repeats, in a new order per pass. Everything is a function of (seed, epoch) and the datasets'
 sizes only; the epoch's sequence is then split across ranks and DataLoader workers exactly like
-``open_iterable``'s (``readers.order.order``), so the result is the
+``open_iterable``'s (``readers.order.epoch_order``), so the result is the
 same for any number of workers and the global sequence the same for any world size.
 
 Labels of different datasets are kept apart by an offset: dataset ``i``'s label ``y`` arrives
@@ -32,7 +32,7 @@ state must match.
 
 ``buckets=`` (readers/bucketing/buckets.py) gives batches of one bucket each: every position of the mixed
 epoch takes the bucket of the sample it holds (from its stored size), and the mixed epoch is cut
-into groups of one bucket spread over it (readers/datasets/mix_order.py, ``MixBucketOrder``): still a
+into groups of one bucket spread over it (readers/datasets/_mix_order.py, ``MixBucketOrder``): still a
 function of (seed, epoch, datasets, weights), the same shape at each step on every rank, exact
 and elastic resume; ``leftover`` "pad" or "drop" ("carry" is ``open_iterable``'s).
 """
@@ -48,10 +48,10 @@ import torch
 
 from readers.batch.record_stream import RecordStream
 from readers.bucketing.bucket_plan import bucket_identity, check_bucket_state, sample_sizes
-from readers.datasets.mix_order import MixSequence, mix_bucket_order
+from readers.datasets._mix_order import MixSequence, mix_bucket_order
 from readers.errors import CallError, OptionError
 from readers.formats import open_reader
-from readers.order.order import resolve_rank
+from readers.order.epoch_order import resolve_rank
 from readers.order.quality import warn_if_mix_poorly_mixed
 from readers.spec import ReadSpec, combined_sizes
 from readers.store.record import Record

@@ -1,7 +1,7 @@
 """The skeleton every resumable stream of samples shares: epochs, ranks, workers, resume.
 
 A subclass (``PackedIterable`` over one dataset, ``MixedIterable`` over several) sets
-``self.order`` (a ``readers.order.order.OrderSpec``) and ``self.batch_size``, calls ``init_stream()``,
+``self.order`` (a ``readers.order.epoch_order.OrderSpec``) and ``self.batch_size``, calls ``init_stream()``,
 and implements ``_emit(positions, spans)``: read the samples at ``positions[a:b]`` for each span
 and yield them (a whole batch per span, or one item per sample), adding what it yields to
 ``self._pass.samples``. Everything else — which positions this rank and this DataLoader worker
@@ -27,7 +27,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from readers.errors import OptionError
 from readers.order.epoch_cursor import EpochCursor
-from readers.order.order import OrderSpec, num_chunks, worker_chunks
+from readers.order.epoch_order import OrderSpec, num_chunks, worker_chunks
 from readers.order.resume import Pass, ResumeError, ResumePoint, advance
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from readers.errors import ManifestError
 from readers.formats.base import FormatReader
 from readers.formats.part_files import PartFiles, check_regular, read_all, shards_holding
-from readers.remote.remote import is_url, join_url, read_url
+from readers.remote.urls import is_url, join_url, read_url
 from readers.store.checksums import REMOTE_FIX, check_against_manifest, sha256_of_bytes
 from readers.store.manifest import SEAL_FIELD, Manifest, json_text, read_manifest, seal_of
 from readers.store.paths import inside

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from readers.fields.fields import as_tensors
+from readers.fields.field_schema import as_tensors
 from readers.fields.sample_fields import FieldPlan
 
 

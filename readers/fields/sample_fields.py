@@ -20,7 +20,7 @@ import numpy as np
 
 from readers.errors import ImgpackError, OptionError
 from readers.fields.boxes import MovedBoxes, SampleGeometry, transform_box_batch, transform_boxes
-from readers.fields.fields import Ragged, select
+from readers.fields.field_schema import Ragged, select
 
 VARIABLE = ("ints", "floats", "boxes", "box_ints")
 DATASET = "dataset"  # with fields_per_dataset: which dataset of the mix a sample came from
@@ -173,7 +173,7 @@ class FieldPlan:
 
     def collate(self, targets: Sequence[dict[str, Any]], labels: Any) -> dict[str, Any]:
         """A batch's fields: ``{"label": labels, name: collated...}``, numbers as NumPy arrays
-        (``readers.fields.fields.as_tensors`` makes them tensors where the batch is received: NumPy
+        (``readers.fields.field_schema.as_tensors`` makes them tensors where the batch is received: NumPy
         arrays pickle inline, where tensors from a worker would each take a shared-memory file)."""
         out: dict[str, Any] = {"label": labels}
         for name in self.names:
@@ -208,7 +208,7 @@ class FieldPlan:
         """A batch's collated fields (no label) from each sample's typed ``stored`` fields, when
         ``wants_geometry`` its geometry, and with ``per_dataset`` its dataset (``sources``): what
         ``collate`` of ``one`` per sample gives, except that a list of arrays comes as a
-        ``readers.fields.fields.Ragged`` (``as_tensors`` makes it that list)."""
+        ``readers.fields.field_schema.Ragged`` (``as_tensors`` makes it that list)."""
         own: list[Any] = [None] * len(stored) if sources is None else sources.tolist()
         values = [self._values(s, k) for s, k in zip(stored, own)]
         moved = given = None
@@ -250,7 +250,8 @@ class FieldPlan:
 
     def _aligned(self, values: list[dict[str, Any]], given: np.ndarray) -> bool:
         """Every sample with a box_ints field has its boxes and as many values as boxes (what
-        ``readers.fields.fields.typed`` gives): the concatenated per-box values line up with the boxes."""
+        ``readers.fields.field_schema.typed`` gives): the concatenated per-box values line up with the
+        boxes."""
         for name in self.box_ints:
             for v, n in zip(values, given.tolist()):
                 if name in v and (self.boxes not in v or len(v[name]) != n):

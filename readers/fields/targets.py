@@ -34,7 +34,7 @@ import numpy as np
 
 from readers.errors import OptionError
 from readers.fields.boxes import GeometryRecord, SampleGeometry, identity_geometry, transform_boxes
-from readers.fields.fields import as_tensors
+from readers.fields.field_schema import as_tensors
 from readers.fields.masks import SEGMENTATION, masks_for
 
 TARGETS = ("torchvision",)

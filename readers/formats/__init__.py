@@ -1,12 +1,20 @@
 """Formats: each one a package below this one (``lmdb/``, ``tar/``...), listed in registry.py.
 
 A format's package holds its reader, its writer and its ``Format`` (format.py); the base classes
-of both directions live here beside each other: base.py (over part_files.py) for readers,
-writer_base.py (and rolling_writer.py) for writers, handed each ``PackedSample`` and the
-``PreprocessSpec`` of packed_sample.py. ``packer`` imports ``readers`` and never the reverse; a
-format's ``writer.py`` is imported by name (``registry.open_writer``), by the packer only, so a
-training job imports no writer. ``open_reader`` opens a packed dataset with the reader its
-manifest's ``format`` names.
+of both directions live here beside each other. ``packer`` imports ``readers`` and never the
+reverse; a format's ``writer.py`` is imported by name (``registry.open_writer``), by the packer
+only, so a training job imports no writer. ``open_reader`` (below) opens a packed dataset with the
+reader its manifest's ``format`` names. Public modules:
+
+- ``format``: ``Format``, what a format is, as data;
+- ``registry``: the list of formats, ``register_format``, ``open_writer``;
+- ``base``: ``FormatReader``, the reader interface every format implements;
+- ``part_files``: a dataset's part files, opened lazily and checked against the manifest;
+- ``writer_base``: ``PartWriter`` and ``FormatWriter``, the writer interface;
+- ``rolling_writer``: shard files that roll over by size and count, with an index beside each;
+- ``packed_sample``: ``PackedSample`` and ``PreprocessSpec``, what a writer is handed;
+- ``pack_option``: ``PackOption``, a format's pack option as data;
+- ``label_file``: every label as one file of int64s beside the shards (tar, tfrecord).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from readers.formats.registry import (
     registered,
     unregister_format,
 )
-from readers.remote.remote import is_url
+from readers.remote.urls import is_url
 from readers.store.manifest import Manifest, read_manifest
 
 

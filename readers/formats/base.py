@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from readers.errors import ChecksumError, ManifestError
-from readers.fields.fields import decode, typed
+from readers.fields.field_schema import decode, typed
 from readers.formats.label_file import LABELS_DTYPE, parse_entry
 from readers.formats.part_files import PartFiles, check_regular, read_all
 from readers.remote.readahead import Extent
@@ -40,7 +40,7 @@ class FormatReader(PartFiles):
         return -1
 
     def typed_fields(self, record: Record, index: int) -> Record:
-        """``record`` with its stored fields decoded to typed values (readers/fields/fields.py)."""
+        """``record`` with its stored fields decoded to typed values (readers/fields/field_schema.py)."""
         stored = record.fields
         if isinstance(stored, dict):
             return record._replace(fields=typed(self.manifest.fields, stored))

@@ -57,7 +57,7 @@ class Format:
     reader_options: tuple[str, ...] = ()  # the reader's own, besides COMMON_READER_OPTIONS
     # "module:function(fileobj, where) -> (count, index text)" rebuilding a shard's index (reindex).
     indexer: str | None = None
-    # Whether it stores per-sample fields (readers/fields/fields.py) in its own idiom; a pack with
+    # Whether it stores per-sample fields (readers/fields/field_schema.py) in its own idiom; a pack with
     # fields to a format that does not is refused (FormatWriter.with_fields).
     stores_fields: bool = False
 

@@ -94,7 +94,7 @@ class PackedSample:
     upscaled: bool = False  # enlarged on the way (only with --upscale, or --resize-mode exact)
     # its index in the dataset, given when its part is written (packer/engine/parts.py)
     dataset_index: int = -1
-    fields: str = ""  # the sample's fields as canonical JSON (readers.fields.fields.encode), "" for none
+    fields: str = ""  # the sample's fields, canonical JSON (readers.fields.field_schema.encode); "": none
     # The source's EXIF orientation (1-8, 1 when it has none): the stored pixels are upright, so a
     # box given in the file's raw pixel grid turns with them (packer.transform.box_geometry.orient_boxes).
     orientation: int = 1

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from readers.errors import DatasetReplacedError, ImgpackError, ManifestError, OptionError
-from readers.remote.remote import is_url
 from readers.remote.remote_parts import RemoteParts
+from readers.remote.urls import is_url
 from readers.store.checksums import check_against_manifest, file_sha256
 from readers.store.manifest import Manifest
 from readers.store.paths import inside

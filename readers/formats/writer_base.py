@@ -164,7 +164,7 @@ class FormatWriter:
 
     def parts_hold_kept(self) -> bool:
         """Whether a part holds ``samples_per_part`` kept samples (--samples-per-shard) rather than
-        that many source files (--shards: a count of source files per part); packer/engine/part_plan.py."""
+        that many source files (--shards: a count of source files per part); packer/engine/_part_plan.py."""
         return not self.options.get("shards")
 
     def open_part(self, part: int) -> PartWriter:

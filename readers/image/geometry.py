@@ -1,7 +1,7 @@
 """Image geometry, in one place: resize targets, rounding, centre crops, random crop windows, flips.
 
-The packer, the batch path (``readers.batch.batch``), the DALI pipeline and its CPU fallback all take
-their numbers from here, so equal arguments give equal windows on every path.
+The packer, the batch path (``readers.batch.batch_assembler``), the DALI pipeline and its CPU fallback all
+take their numbers from here, so equal arguments give equal windows on every path.
 
 The rounding rule:
 
@@ -263,7 +263,7 @@ class GeometryOptions(Protocol):
 @dataclass(frozen=True)
 class Geometry:
     """The geometry of one read, made once (``Geometry.of``) and shared by everything that applies it:
-    the batch and per-sample paths (``readers.batch.batch``), the DALI feed and the DALI fields.
+    the batch and per-sample paths (``readers.batch.batch_assembler``), the DALI feed and the DALI fields.
 
     It holds the options as ``ReadSpec`` normalised them, has fit-checked the centre crop once
     against the stored sizes, and gives each stored size its ``Placement`` (memoised: batches

@@ -1,7 +1,7 @@
 """Which epoch a loader reads next and where it starts: the epoch and resume rules of every loader.
 
 ``EpochCursor`` is mixed into ``readers.datasets.stream.EpochStream`` (the ``IterableDataset`` under
-``open_iterable`` and ``mix``) and into ``readers.dali.loader.DaliLoader`` (DALI's pipeline, not a
+``open_iterable`` and ``mix``) and into ``readers.dali._loader.DaliLoader`` (DALI's pipeline, not a
 dataset), so both follow one set of rules, written here once:
 
 - each new pass is the next epoch unless the epoch was chosen for it (``set_epoch``, or a loaded
@@ -11,7 +11,7 @@ dataset), so both follow one set of rules, written here once:
 - the state of a loader that reads its whole rank in this process is where its pass stands
   (``Pass.reached``), or where the next pass would start.
 
-The owner sets ``self.order`` (a ``readers.order.order.OrderSpec``), calls ``init_epochs`` and may
+The owner sets ``self.order`` (a ``readers.order.epoch_order.OrderSpec``), calls ``init_epochs`` and may
 override ``identity`` and ``where``.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from readers.order.order import OrderSpec
+from readers.order.epoch_order import OrderSpec
 from readers.order.resume import (
     DATASET_VERSION,
     Pass,

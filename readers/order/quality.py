@@ -1,6 +1,6 @@
 """How well a reading order mixes classes, next to what an i.i.d. shuffle would give.
 
-Block-wise reading (``readers.order.order``: blocks of ``block_size`` consecutive records, shuffled in
+Block-wise reading (``readers.order.epoch_order``: blocks of ``block_size`` consecutive records, shuffled in
 windows of ``buffer_size``) is what makes reads sequential and fast; on a pack that stores its
 classes in runs (an old, class-sorted pack, or ``--order source``) it also gives batches that
 hold few classes. ``shuffle_quality`` measures it from the labels and the reading options:
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from readers.errors import OptionError
-from readers.order.order import OrderSpec
+from readers.order.epoch_order import OrderSpec
 
 EXACT_LIMIT = 1 << 18  # samples up to which the real order of the epoch is computed
 MAX_BATCHES = 256
@@ -165,7 +165,7 @@ def _lag1(batches: np.ndarray, counts: np.ndarray, n: int) -> float:
 def _simulated_batches(
     labels: np.ndarray, b: int, block: int, buffer: int, max_batches: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """Batches with the statistics of ``readers.order.order.global_order``: a window of
+    """Batches with the statistics of ``readers.order.epoch_order.global_order``: a window of
     ``buffer_size // block_size`` random blocks, shuffled, cut into batches (no buffer: runs of
     random blocks)."""
     n = len(labels)

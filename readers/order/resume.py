@@ -1,6 +1,6 @@
 """Mid-epoch resume: the state of an epoch, how it is checked, and how it advances.
 
-An epoch's progress is one global position in that epoch's order (``readers.order.order`` deals the
+An epoch's progress is one global position in that epoch's order (``readers.order.epoch_order`` deals the
 order to ranks in rounds, so every rank in lock step has consumed the same prefix), plus, rarely,
 an ``offset`` into this rank's next chunk. The state is a plain dict (JSON-able, no pickle):
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from readers.errors import ImgpackError, OptionError
-from readers.order.order import OrderSpec, worker_chunks
+from readers.order.epoch_order import OrderSpec, worker_chunks
 
 STATE_VERSION = 1
 ORDER_FIELDS = ("seed", "num_samples", "shuffle", "block_size", "buffer_size")
@@ -136,7 +136,7 @@ def advance(order: OrderSpec, start: ResumePoint, samples: int) -> ResumePoint:
     return ResumePoint(start.epoch, order.position_after(chunks, start.position), offset)
 
 
-# The order takes an epoch modulo 2**32 (readers.order.order) and the shared epoch counter is an int64:
+# The order takes an epoch modulo 2**32 (readers.order.epoch_order) and the shared epoch counter is an int64:
 # a state beyond that is not one this library wrote.
 MAX_EPOCH = 2**32 - 1
 

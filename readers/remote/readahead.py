@@ -1,6 +1,6 @@
 """Reading ahead: ask the kernel for the bytes of the next groups of records before they are read.
 
-The order of an epoch is known before its first read (``readers.order.order``), so a reading process
+The order of an epoch is known before its first read (``readers.order.epoch_order``), so a reading process
 can tell the page cache which byte ranges its next groups will touch (``posix_fadvise(...,
 POSIX_FADV_WILLNEED)``): the reads are then queued together, at the disk's depth, instead of one
 page fault or one ``pread`` at a time when the pack is not cached. A hint changes nothing that is

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from readers.errors import OptionError
-from readers.remote.remote import CALL_BOUND_ENV, RemoteError, call_bound
+from readers.remote.urls import CALL_BOUND_ENV, RemoteError, call_bound
 
 MiB = 1 << 20
 Range = tuple[int, int, int]  # (shard position, start byte, end byte)

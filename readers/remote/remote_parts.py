@@ -1,7 +1,7 @@
 """The parts of a dataset behind a URL, as local files: downloaded whole, once, into a cache.
 
 LMDB, HDF5 and TFRecord readers need a local file (a memory map, the HDF5 library, ``pread``),
-so a remote part is downloaded whole into the ``ShardCache`` of ``readers.remote.remote`` (checked
+so a remote part is downloaded whole into the ``ShardCache`` of ``readers.remote.urls`` (checked
 against the manifest's size and sha256 before it is renamed into place, least recently used
 parts evicted past ``cache_size``) and read from there. Tar shards may also be read by ranged
 requests, and the BMP cache's per-image files are fetched one request each.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from readers.errors import ManifestError, OptionError
-from readers.remote.remote import ShardCache, join_url, remote_call, url_fs
+from readers.remote.urls import ShardCache, join_url, remote_call, url_fs
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from readers.errors import ChecksumError, ManifestError
-from readers.remote.remote import is_url
-from readers.store.manifest_schema import check_schema, load_manifest_json
+from readers.remote.urls import is_url
+from readers.store._manifest_schema import check_schema, load_manifest_json
 
 MANIFEST_NAME = "manifest.json"
 PROGRESS_NAME = ".imgpack-progress.json"  # present while a pack runs or after it was interrupted
@@ -83,7 +83,7 @@ class Manifest:
     # count, upscaled and min/max height/width of the stored images (packer.transform.sizes); None in
     # manifests written before imgpack recorded it.
     stored_sizes: dict[str, int] | None = None
-    # Per-sample fields beyond the label: {name: kind} (readers/fields/fields.py) and how many samples
+    # Per-sample fields beyond the label: {name: kind} (readers/fields/field_schema.py) and how many samples
     # set each (``pack info``'s fill rates); empty for datasets without fields.
     fields: dict[str, str] = field(default_factory=dict)
     field_counts: dict[str, int] = field(default_factory=dict)
@@ -189,7 +189,7 @@ def read_manifest(root: str | os.PathLike, storage_options: dict[str, Any] | Non
 
 
 def _read_remote_manifest(root: str, storage_options: dict[str, Any] | None) -> Manifest:
-    from readers.remote.remote import join_url, read_url
+    from readers.remote.urls import join_url, read_url
 
     url = join_url(root, MANIFEST_NAME)
     try:

@@ -38,7 +38,7 @@ class Record(NamedTuple):
     width: int
     channels: int
     encoding: str
-    # The sample's fields beyond the label (readers/fields/fields.py): as stored (canonical JSON bytes)
+    # The sample's fields beyond the label (readers/fields/field_schema.py): as stored (canonical JSON bytes)
     # from the reader, typed values ({name: value}) once FormatReader.read_block has decoded them.
     fields: Buffer | dict | None = None
 

@@ -116,7 +116,7 @@ def stored_hashes(reader: Any) -> np.ndarray | None:
 def hashes_of(dataset: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> np.ndarray | None:
     """The stored hash records of ``dataset`` (a path or URL), None when it has none. Only the
     manifest and the sidecar are read: no part of the dataset is opened (they may be elsewhere)."""
-    from readers.remote.remote import is_url, join_url, read_url
+    from readers.remote.urls import is_url, join_url, read_url
     from readers.store.manifest import read_manifest
 
     def read(name: str) -> tuple[str, bytes]:

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from readers.errors import ManifestError
-from readers.remote.remote import is_url, join_url, read_url
+from readers.remote.urls import is_url, join_url, read_url
 
 SOURCE_PATHS_NAME = "source-paths.nul"
 

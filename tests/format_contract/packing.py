@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.info.reindex import reindex
 from packer.info.verify import verify_dataset
-from packer.output.output import foreign_entries
+from packer.output.output_dir import foreign_entries
 from packer.sources.source import scan_folder
 from readers import open_dataset
 from readers.errors import ChecksumError, ImgpackError, ManifestError

@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image
 
 from packer.edit.append import append_to
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from packer.sources.source import scan_folder
 from readers.formats.packed_sample import PreprocessSpec
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import AspectBuckets, make_loader, open_iterable
 from readers.bucketing.bucket_plan import sample_sizes, summary
 from readers.dali import dali_loader

@@ -7,7 +7,7 @@ the fields ``caption``, ``boxes`` (0-20 per image) and ``categories``), read by 
 ``crop=RandomResizedCrop(224), flip=True``, the fields run with ``fields=["caption", "boxes",
 "categories"]`` (boxes moved in this process by each window and flip). Rounds alternate the
 order; the median images/s of each, their ratio and the milliseconds per batch this process
-spent building the targets (``readers.dali.fields.DaliFields.target``) are printed.
+spent building the targets (``readers.dali._fields.DaliFields.target``) are printed.
 
     pack bench run dali_fields --images 1000 --rounds 3
 """

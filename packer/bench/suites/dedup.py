@@ -114,7 +114,7 @@ def overlap(big: int, small: int, distance: int, seed: int = 0) -> dict[str, Any
 
 def cost(images: int, rounds: int, workers: int) -> dict[str, Any]:
     import packer.transform.preprocess as preprocess
-    from packer.engine.engine import pack_folder
+    from packer.engine.pack_run import pack_folder
     from readers.formats.packed_sample import PreprocessSpec
 
     real = (preprocess.phash_of_image, preprocess.digest_of)
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.what == "recall":
         result = recall(args.distinct, args.seed)
     elif args.what == "overlap":
-        from packer.dedup.dedup import DEFAULT_NEAR_DISTANCE
+        from packer.dedup.deduper import DEFAULT_NEAR_DISTANCE
 
         result = overlap(
             args.big, args.small, args.distance if args.distance is not None else DEFAULT_NEAR_DISTANCE

@@ -185,7 +185,7 @@ def decode_limit(lmdb: str, batch: int, rounds: int = 2) -> dict[str, float]:
     import simplejpeg
 
     from readers import RandomResizedCrop
-    from readers.batch.batch import BatchAssembler, _mirror, resize_into
+    from readers.batch.batch_assembler import BatchAssembler, _mirror, resize_into
     from readers.formats import open_reader
 
     reader = open_reader(lmdb)

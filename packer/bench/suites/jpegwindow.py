@@ -23,7 +23,7 @@ import numpy as np
 
 import readers.batch.batch_slot
 from readers import RandomResizedCrop
-from readers.batch.batch import BatchAssembler
+from readers.batch.batch_assembler import BatchAssembler
 from readers.formats import open_reader
 from readers.image.jpegwindow import decode_window
 

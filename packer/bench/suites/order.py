@@ -22,7 +22,7 @@ from pathlib import Path
 
 from packer.bench.bench_data import make_bench_folder
 from packer.bench.harness import time_epochs
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers import make_loader, open_iterable, shuffle_quality
 from readers.formats import open_reader
 from readers.formats.packed_sample import PreprocessSpec

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from packer.bench.bench_data import make_bench_folder
 from packer.bench.s3server import free_port
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers.formats.packed_sample import PreprocessSpec
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from packer.bench.bench_data import _parse_size, make_bench_folder
 from packer.bench.harness import MemorySampler, folder_bytes
 from packer.bench.model import Settings, Target
 from packer.bench.run import measure_isolated
-from packer.engine.engine import pack_folder
+from packer.engine.pack_run import pack_folder
 from readers.formats.packed_sample import PreprocessSpec
 
 

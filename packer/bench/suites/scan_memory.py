@@ -51,9 +51,9 @@ def pss_kib():
 
 mode, src = sys.argv[1], sys.argv[2]
 import numpy  # noqa: F401  (imports count in the baseline, not in the growth)
-import packer.engine.engine as engine
-import packer.engine.local_engine as local_engine
-import packer.engine.pool as pool
+import packer.engine.pack_run as engine
+import packer.engine._local_engine as local_engine
+import packer.engine._pool as pool
 from packer.sources.source import scan_folder
 from readers.errors import ImgpackError
 

@@ -38,7 +38,7 @@ WORKERS = 2
 
 
 def pack_imgpack(src: Path, out: Path, per_shard: int, workers: int) -> float:
-    from packer.engine.engine import pack_folder
+    from packer.engine.pack_run import pack_folder
     from readers.formats.packed_sample import PreprocessSpec
 
     shutil.rmtree(out, ignore_errors=True)

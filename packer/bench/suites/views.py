@@ -90,7 +90,7 @@ def records_rate(path: str, epoch: int, batch_size: int) -> float:
     """Samples/s of reading the records (no decode) of one shuffled epoch of ``path``, batch by
     batch: where the indirection of a view costs the most, relatively."""
     from readers.formats import open_reader
-    from readers.order.order import OrderSpec
+    from readers.order.epoch_order import OrderSpec
 
     reader = open_reader(path)
     order = OrderSpec(len(reader), True, 0, 64, 4096).epoch_order(epoch)
@@ -106,7 +106,7 @@ def records_rate(path: str, epoch: int, batch_size: int) -> float:
 
 def bench_format(fmt: str, images: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from packer.edit.views import split_views, write_view
-    from packer.engine.engine import pack_folder
+    from packer.engine.pack_run import pack_folder
     from readers.formats.packed_sample import PreprocessSpec
 
     parent = work / f"{fmt}-parent"

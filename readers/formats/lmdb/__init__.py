@@ -1,4 +1,8 @@
-"""LMDB: one environment per part (``data-000000.lmdb/``), fixed-width index keys."""
+"""LMDB: one environment per part (``data-000000.lmdb/``), fixed-width index keys.
+
+The ``Format`` below names the reader and writer modules; internal: ``_pages`` (where each record
+lies in ``data.mdb``, for read-ahead).
+"""
 
 from __future__ import annotations
 

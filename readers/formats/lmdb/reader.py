@@ -20,7 +20,7 @@ import numpy as np
 
 from readers.errors import ImgpackError, ManifestError
 from readers.formats.base import FormatReader
-from readers.formats.lmdb.pages import PageTable
+from readers.formats.lmdb._pages import PageTable
 from readers.remote.readahead import Extent, open_parts
 from readers.store.record import Record, unpack_record
 

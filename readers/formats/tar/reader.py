@@ -30,7 +30,7 @@ from readers.errors import ChecksumError, ManifestError, warn
 from readers.formats.base import FormatReader
 from readers.formats.part_files import open_shard_file
 from readers.remote.readahead import Extent, open_parts
-from readers.remote.remote import remote_call, remote_chunks
+from readers.remote.urls import remote_call, remote_chunks
 from readers.store.checksums import check_against_manifest
 from readers.store.manifest import Shard
 from readers.store.record import Record

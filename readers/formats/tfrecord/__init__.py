@@ -1,4 +1,8 @@
-"""TFRecord shards of ``tf.train.Example`` (``shard-000000.tfrecord`` + DALI ``.idx``)."""
+"""TFRecord shards of ``tf.train.Example`` (``shard-000000.tfrecord`` + DALI ``.idx``).
+
+The ``Format`` below names the reader and writer modules; internal: ``_example``
+(``tf.train.Example`` encoded and parsed by hand), ``_fields`` (fields as Example features).
+"""
 
 from __future__ import annotations
 

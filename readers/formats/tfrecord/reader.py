@@ -35,8 +35,8 @@ import numpy as np
 from readers.errors import ChecksumError, ManifestError, warn
 from readers.formats.base import FormatReader
 from readers.formats.part_files import open_shard_file
-from readers.formats.tfrecord.example import ExampleError, decode_example, decode_feature, leading_entries
-from readers.formats.tfrecord.fields import FIELDS_FEATURE
+from readers.formats.tfrecord._example import ExampleError, decode_example, decode_feature, leading_entries
+from readers.formats.tfrecord._fields import FIELDS_FEATURE
 from readers.image.decode import jpeg_size
 from readers.remote.readahead import Extent, open_parts
 from readers.store.checksums import masked_crc

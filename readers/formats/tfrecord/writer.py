@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from readers.formats.packed_sample import PackedSample
 from readers.formats.rolling_writer import RollingPartWriter, RollingWriter
 from readers.formats.tar.writer import image_ext
-from readers.formats.tfrecord.example import encode_example
-from readers.formats.tfrecord.fields import field_features
+from readers.formats.tfrecord._example import encode_example
+from readers.formats.tfrecord._fields import field_features
 from readers.formats.tfrecord.reader import (
     FORMAT_NAMES,
     META_FEATURE,
@@ -31,7 +31,7 @@ def example_bytes(
     sample: PackedSample, schema: dict[str, str] | None = None, classes: Sequence[str] = ()
 ) -> bytes:
     """The serialized ``tf.train.Example`` of one sample (ImageNet conversion feature names, the
-    fields as the TF Object Detection API names them: readers/formats/tfrecord/fields.py)."""
+    fields as the TF Object Detection API names them: readers/formats/tfrecord/_fields.py)."""
     image_format = FORMAT_NAMES.get(sample.encoding) or image_ext(sample).upper()
     fields = field_features(schema, sample.fields, sample.height, sample.width, classes) if schema else {}
     return encode_example(

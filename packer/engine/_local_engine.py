@@ -1,4 +1,4 @@
-"""The local engine: a process pool (packer/engine/pool.py) preprocesses the samples, this process
+"""The local engine: a process pool (packer/engine/_pool.py) preprocesses the samples, this process
 writes them strictly in source order, so the output is byte-identical for any number of workers.
 ``run_local`` writes parts cut by source files, ``run_local_kept`` parts of N kept samples."""
 
@@ -8,12 +8,12 @@ import contextlib
 import itertools
 from typing import Any
 
-from packer.dedup.dedup import deduped, deduper_for
-from packer.engine.job import PackJob, PartsRun
-from packer.engine.part_plan import Lookahead, Plan, fill_part
+from packer.dedup.deduper import deduped, deduper_for
+from packer.engine._job import PackJob, PartsRun
+from packer.engine._part_plan import Lookahead, Plan, fill_part
+from packer.engine._pool import preprocessed
 from packer.engine.parts import SOURCE_COUNT_KEY, SOURCE_START_KEY, write_part
-from packer.engine.pool import preprocessed
-from packer.output.output import remove_part_files
+from packer.output.output_dir import remove_part_files
 
 
 def run_local(job: PackJob, run: PartsRun, items: Any) -> None:
@@ -36,7 +36,7 @@ def run_local(job: PackJob, run: PartsRun, items: Any) -> None:
 
 def run_local_kept(job: PackJob, run: PartsRun, items: Any, plan: Plan, per_part: int) -> None:
     """Parts of ``per_part`` kept samples, filled in order from one stream of results, so each
-    one's cut is exact the first time (packer/engine/part_plan.py); from where the written ones end."""
+    one's cut is exact the first time (packer/engine/_part_plan.py); from where the written ones end."""
     writer = run.writer
     part, start = plan.resume(run.done)
     for p in sorted(p for p in run.done if p >= part):  # provisional parts (a Ray run before)

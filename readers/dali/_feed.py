@@ -5,7 +5,7 @@ The geometry (resize targets, centre crop offsets, random windows and flips) is 
 ``dali_loader``, its crop fit-checked there), so the same arguments crop the same pixels.
 
 ``BatchFeed`` is the one description of an epoch for ``readers.dali``: which samples go in
-batch i (from ``readers.order.order``, plus the last-batch policy), their records (the format
+batch i (from ``readers.order.epoch_order``, plus the last-batch policy), their records (the format
 reader's ``read_many``), and the size every image is resized to. The DALI pipeline calls it as
 an ``external_source``; the CPU fallback reads the same batches and applies the same geometry in
 torch, so both paths see the same samples in the same order. It is picklable and opens the
@@ -20,11 +20,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from readers.dali.fields import OUTPUTS, carried
+from readers.dali._fields import OUTPUTS, carried
 from readers.errors import ImgpackError, OptionError
 from readers.formats import open_reader
 from readers.image.geometry import Augment, Geometry, RandomResizedCrop
-from readers.order.order import OrderSpec, num_chunks
+from readers.order.epoch_order import OrderSpec, num_chunks
 from readers.spec import ReadSpec
 from readers.store.record import Record
 
@@ -75,7 +75,7 @@ class BatchFeed:
         self.geometry = geometry
         self.base_epoch = int(base_epoch)  # DALI counts epochs from 0 after each (re)build
         # With fields=: the stored fields ({name: kind}) carried beside the pixels, with each
-        # sample's geometry (readers/dali/fields.py); {} carries the geometry alone
+        # sample's geometry (readers/dali/_fields.py); {} carries the geometry alone
         self.fields = None if fields is None else dict(fields)
         self._reader: Any = None
         self._positions: tuple[int, np.ndarray] | None = None
@@ -188,12 +188,12 @@ class BatchFeed:
     @property
     def window_first(self) -> bool:
         """The pipeline cuts each sample's window from the stored image (on decode), then resizes:
-        a RandomResizedCrop's, or a bucket's (readers/dali/buckets.py)."""
+        a RandomResizedCrop's, or a bucket's (readers/dali/_buckets.py)."""
         return self.geometry.windowed
 
     @property
     def identity(self) -> dict[str, str]:
-        """What a resume state must match besides the dataset and the order (readers/dali/buckets.py)."""
+        """What a resume state must match besides the dataset and the order (readers/dali/_buckets.py)."""
         return {}
 
     @property

@@ -2,7 +2,7 @@
 
 Imported only when DALI runs. The graph is the same on the CPU and the GPU; only the decoder's
 device (``mixed`` = nvJPEG / hardware decoder, or ``cpu``) and where the images live differ.
-With ``fields=`` the feed's carried outputs (``readers.dali.fields``) are pipeline outputs as fed.
+With ``fields=`` the feed's carried outputs (``readers.dali._fields``) are pipeline outputs as fed.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
-from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
-from readers.dali.fields import OUTPUTS
+from readers.dali._feed import PIXEL_ENCODINGS, BatchFeed
+from readers.dali._fields import OUTPUTS
 
 
 def start_method() -> str:
@@ -60,7 +60,7 @@ def build_pipeline(
         "anchor": (types.FLOAT, 1, ""),
         "shape": (types.FLOAT, 1, ""),
         "mirror": (types.INT32, 0, ""),
-        # carried through untouched with fields= (readers/dali/fields.py)
+        # carried through untouched with fields= (readers/dali/_fields.py)
         "fields": (types.UINT8, 1, ""),
         "fields_length": (types.INT64, 1, ""),
         "geometry": (types.INT64, 1, ""),
@@ -96,7 +96,7 @@ def build_pipeline(
             else:
                 images = fn.decoders.image(data, **decode_args)
         resize = {"interp_type": types.INTERP_LINEAR, "antialias": True}
-        if "sizes" in out:  # resize=, or each sample's bucket (readers/dali/buckets.py)
+        if "sizes" in out:  # resize=, or each sample's bucket (readers/dali/_buckets.py)
             images = fn.resize(images, size=out["sizes"], **resize)
         if feed.random_crop is not None:
             images = fn.resize(images, size=[float(v) for v in feed.random_crop.out], **resize)

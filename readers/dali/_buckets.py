@@ -10,12 +10,12 @@ path's): per sample, the cover window of the stored image (``readers.bucketing.b
 centred or at a drawn offset) and a flip, a function of (seed, epoch, sample index).
 
 ``BucketFeed`` hands DALI, per sample, that window (``anchor``, ``shape``: stored pixels) and its
-bucket's (height, width) (``sizes``); the pipeline (readers/dali/pipeline.py) decodes only the
+bucket's (height, width) (``sizes``); the pipeline (readers/dali/_pipeline.py) decodes only the
 window (``fn.decoders.image_slice``; ``fn.slice`` for stored pixels), resizes it to ``sizes``
 (``fn.resize`` with a per-sample size) and flips (``fn.crop_mirror_normalize``). The output
 shape changes from batch to batch, one bucket each; DALIGenericIterator allocates each batch's
 tensors by its shape. Boxes and ``"geometry"`` follow from the carried window and flip
-(readers/dali/fields.py, with the same geometry), as they do for a RandomResizedCrop.
+(readers/dali/_fields.py, with the same geometry), as they do for a RandomResizedCrop.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from readers.bucketing.bucket_geometry import BucketGeometry
 from readers.bucketing.bucket_order import BucketOrder
 from readers.bucketing.bucket_plan import bucket_order, sample_sizes
 from readers.bucketing.token_budget import TokenBudget
-from readers.dali.feed import BatchFeed, Plan
-from readers.dali.fields import OUTPUTS
+from readers.dali._feed import BatchFeed, Plan
+from readers.dali._fields import OUTPUTS
 from readers.errors import OptionError
 from readers.store.record import Record
 

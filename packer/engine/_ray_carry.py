@@ -1,5 +1,5 @@
 """Ray's re-cut without decoding twice: the preprocessed results of a part, carried to the parts
-written again on the exact cut (packer/engine/part_plan.py).
+written again on the exact cut (packer/engine/_part_plan.py).
 
 A Ray task returns, besides its part's record, the list of its results (encoded samples and
 skips) into Ray's object store, unless they pass ``CARRY_BYTES`` (then only the record). When

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from packer.bench._report import header, speedup
 from packer.bench.harness import BenchError
 from packer.bench.model import BASELINE_NAME, BenchReport
-from packer.bench.report import header, speedup
 
 
 def plot_report(report: BenchReport, path: str | Path) -> Path:

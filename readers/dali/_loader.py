@@ -14,11 +14,11 @@ Three paths, one output (``loader.backend`` says which was taken; a one-line log
   tensors are on the GPU.
 - ``dali-cpu``: the same pipeline with ``device="cpu"`` (DALI installed, no GPU).
 - ``dataloader``: no DALI. ``open_iterable`` with the same options, read through
-  ``readers.make_loader``, then normalised (``readers.dali.fallback``): its pixels are
+  ``readers.make_loader``, then normalised (``readers.dali._fallback``): its pixels are
   ``open_iterable``'s, bit for bit (CPU tensors).
 
 The options are one ``readers.spec.ReadSpec``, checked when ``dali_loader`` is called. The DALI
-paths read the batches ``readers.dali.feed.BatchFeed`` plans (``readers.order.order`` for the order,
+paths read the batches ``readers.dali._feed.BatchFeed`` plans (``readers.order.epoch_order`` for the order,
 the rank split and the epochs; the format reader's ``read_many`` for the bytes), the same samples
 in the same order as ``open_iterable``: labels and order are identical on all three paths, and
 DALI's pixels differ from the CPU resampler's only by resampling (see docs/dali.md).
@@ -38,7 +38,7 @@ Fields: ``fields=`` (with ``pad_fields``, ``min_visibility``, ``"geometry"``) gi
 ``(images, {"label": labels, name: ...})`` on every path, the targets of ``open_iterable``. DALI
 moves no boxes: each sample's stored fields and the window and flip it was fed ride through the
 pipeline as extra outputs, and this process moves the boxes with the batch path's code
-(``readers.dali.fields``), so they equal the ``dataloader`` path's.
+(``readers.dali._fields``), so they equal the ``dataloader`` path's.
 
 Last batch: ``drop_last=True`` leaves a short last batch out (and ranks split the dataset
 without wrapping, as in ``open_iterable``); otherwise ``pad_last`` (default True) fills it by
@@ -47,7 +47,7 @@ wrapping around this rank's order so every batch has ``batch_size`` images, and
 
 Where the bytes come from: the format reader of ``open_iterable``, opened with ``verify`` and
 ``reader_options``, in this process and in every worker. A tar dataset at an fsspec URL is read
-through ``readers.remote.remote`` like everywhere else: ranged requests, or with
+through ``readers.remote.urls`` like everywhere else: ranged requests, or with
 ``reader_options={"cache_dir": ...}`` whole shards downloaded once into the local cache and
 checked against the manifest's sha256 (what DALI's own tar reader, which needs local files,
 cannot do).
@@ -64,12 +64,12 @@ import torch
 
 from readers.batch.record_stream import field_plan
 from readers.bucketing.bucket_plan import check_bucket_state
-from readers.dali.buckets import bucketed
-from readers.dali.fallback import FallbackLoader
-from readers.dali.feed import PIXEL_ENCODINGS, BatchFeed
-from readers.dali.fields import OUTPUTS as FIELD_OUTPUTS
-from readers.dali.fields import DaliFields
-from readers.dali.watch import named_failure, watched, worker_death
+from readers.dali._buckets import bucketed
+from readers.dali._fallback import FallbackLoader
+from readers.dali._feed import PIXEL_ENCODINGS, BatchFeed
+from readers.dali._fields import OUTPUTS as FIELD_OUTPUTS
+from readers.dali._fields import DaliFields
+from readers.dali._watch import named_failure, watched, worker_death
 from readers.datasets.iterable import PackedIterable
 from readers.errors import CallError, ImgpackError, OptionError
 from readers.formats import open_reader
@@ -166,7 +166,7 @@ class DaliLoader(EpochCursor):
     ):
         self.feed = feed
         self.order = feed.order
-        self.fields = fields  # fields= : the targets of the carried fields (readers/dali/fields.py)
+        self.fields = fields  # fields= : the targets of the carried fields (readers/dali/_fields.py)
         self.backend = backend  # dali-gpu, dali-cpu or dataloader
         self.mean, self.std = mean, std
         self.layout = layout
@@ -264,7 +264,7 @@ class DaliLoader(EpochCursor):
     def _build(self, epoch: int) -> None:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-        from readers.dali.pipeline import build_pipeline
+        from readers.dali._pipeline import build_pipeline
 
         self.feed.base_epoch = epoch
         gpu = self.backend == "dali-gpu"

@@ -11,7 +11,7 @@ the epoch exactly as one dataset's samples are (``readers.bucketing.bucket_order
 always drawn: the mix's interleaving is seeded even with ``shuffle=False``). So the bucketed epoch
 stays a pure function of (seed, epoch, datasets, weights), every position of the mixed epoch is
 read once (``pad``: the short group of a bucket filled with its first positions; ``drop``: left
-out), and the rank, worker and resume rules of readers/order/order.py apply to positions of this
+out), and the rank, worker and resume rules of readers/order/epoch_order.py apply to positions of this
 schedule. Which samples land in a bucket changes by epoch, so its counts, and the schedule's
 length, do: ``at_epoch`` gives the order of an epoch's length. ``leftover="carry"`` is refused:
 carrying a mix's short groups would need every earlier epoch's bucket counts (they change by
@@ -27,7 +27,7 @@ import numpy as np
 
 from readers.bucketing.bucket_order import BucketOrder, grouped, spread_shifts
 from readers.errors import OptionError
-from readers.order.order import OrderSpec, global_order
+from readers.order.epoch_order import OrderSpec, global_order
 
 MIX_TAG = 0x6D6978  # "mix": keeps the interleaving stream apart from the datasets' own orders
 

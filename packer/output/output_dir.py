@@ -39,7 +39,7 @@ except ImportError:  # Windows: no flock, packs are not serialised
 
 STAGING_SUFFIX = ".imgpack-new"
 WRITE_TEST = ".imgpack-write-test"
-RAY_STAGING = ".ray-staging"  # parts Ray tasks are writing (packer/engine/ray_engine.py)
+RAY_STAGING = ".ray-staging"  # parts Ray tasks are writing (packer/engine/_ray_engine.py)
 STAGING_FOLDERS = (".staging", RAY_STAGING)  # parts in the making (BMP parts, Ray runs)
 TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(\d+\.)?tmp")  # an atomic write in progress: .<name>[.<pid>].tmp
 SEALED = (MANIFEST_NAME, PROGRESS_NAME.lstrip("."))  # imgpack's own files that are written atomically
@@ -79,7 +79,7 @@ class Output(Protocol):
         ...
 
     def drop_part(self, writer: FormatWriter, result: PartResult) -> None:
-        """Delete a written part that the pack's cut no longer has (packer/engine/part_plan.py)."""
+        """Delete a written part that the pack's cut no longer has (packer/engine/_part_plan.py)."""
         ...
 
     def saved(self, work: Path) -> None:

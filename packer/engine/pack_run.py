@@ -2,19 +2,20 @@
 
 What to pack is a ``PackSpec`` (packer/spec.py), checked when it is made; ``pack_folder`` builds
 one from its keywords. Engines:
-- ``local`` (default, packer/engine/local_engine.py): a process pool (packer/engine/pool.py) preprocesses
+- ``local`` (default, packer/engine/_local_engine.py): a process pool (packer/engine/_pool.py) preprocesses
   samples (a bounded window of small chunks in flight, so memory does not grow with the dataset);
   the main process writes them strictly in source order, so the output is byte-identical for any
   number of workers.
-- ``ray`` (packer/engine/ray_engine.py): one Ray task per part, each preprocessing and writing its own
+- ``ray`` (packer/engine/_ray_engine.py): one Ray task per part, each preprocessing and writing its own
   part files on storage all nodes share; the driver merges their results into the manifest.
 
 Progress is recorded per finished part in ``.imgpack-progress.json`` (packer/output/progress.py);
 ``resume=True`` redoes only the parts that did not finish. The manifest is written last, atomically.
 
 Source and output may be fsspec URLs: packer/sources/remote_source.py lists a URL source,
-packer/output/remote_output.py uploads parts to a URL output (packer/output/output.py's ``LocalOutput`` is its
-local twin; both are an ``Output``). The pack itself is a ``PackJob`` (packer/engine/job.py).
+packer/output/remote_output.py uploads parts to a URL output (packer/output/output_dir.py's
+``LocalOutput`` is its local twin; both are an ``Output``). The pack itself is a ``PackJob``
+(packer/engine/_job.py).
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from packer.dedup.part_hashes import write_sidecar
-from packer.engine.job import PackJob, PartsRun
-from packer.engine.local_engine import run_local, run_local_kept
-from packer.engine.part_plan import Plan, plan_parts
+from packer.engine._job import PackJob, PartsRun
+from packer.engine._local_engine import run_local, run_local_kept
+from packer.engine._part_plan import Plan, plan_parts
 from packer.engine.parts import field_counts
-from packer.output.output import (
+from packer.output.output_dir import (
     LocalOutput,
     Output,
     OutputLock,
@@ -50,7 +51,7 @@ from readers.errors import CallError, ImgpackError
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import open_writer, refuse_fields
 from readers.formats.writer_base import FormatWriter, PartResult
-from readers.remote.remote import is_url
+from readers.remote.urls import is_url
 from readers.store.manifest import PROGRESS_NAME, Manifest, write_manifest
 
 StorageOptions = dict[str, Any] | None
@@ -94,9 +95,9 @@ def pack_folder(
     The samples are written in a permutation of the source seeded by ``seed`` (``order="shuffled"``)
     or in the source order (``order="source"``); see packer/output/pack_order.py.
     ``src`` and ``out`` may be fsspec URLs (``s3://...``), opened with ``storage_options``.
-    ``dedup`` ("exact" or "near", within ``near_distance`` bits) skips duplicates (packer/dedup/dedup.py).
+    ``dedup`` ("exact" or "near", within ``near_distance`` bits) skips duplicates (packer/dedup/deduper.py).
     ``base``: (root, manifest) of a dataset the samples are appended to (packer/edit/append.py), and
-    ``known`` its samples that ``dedup`` compares the new ones with (packer.dedup.dedup.Known)."""
+    ``known`` its samples that ``dedup`` compares the new ones with (packer.dedup.deduper.Known)."""
     positional = {"source", "out", "format", "preprocess"}  # src, out, fmt, spec
     unknown = sorted(set(options) - {f.name for f in fields(PackSpec)} - positional)
     if unknown:
@@ -111,7 +112,7 @@ def pack(asked: PackSpec, *, base: tuple[Path, Manifest] | None = None, known: A
     started = time.perf_counter()
     writer = open_writer(asked.format, Path(asked.out), asked.preprocess, asked.options)
     if asked.engine == "ray":
-        from packer.engine.ray_engine import check_ray_address
+        from packer.engine._ray_engine import check_ray_address
 
         check_ray_address(asked.ray_address)
     src = asked.source
@@ -148,7 +149,7 @@ def _run_rounds(
     job: PackJob, writer: FormatWriter, sink: Output, items: Any, done: dict[int, PartResult], save: Any
 ) -> Plan:
     """Write the parts, re-planning the cut as the skips become known, until every part of the
-    plan is written and fits it (packer/engine/part_plan.py); the final plan."""
+    plan is written and fits it (packer/engine/_part_plan.py); the final plan."""
     from tqdm import tqdm
 
     per_part, by_kept = writer.samples_per_part(len(items)), writer.parts_hold_kept()
@@ -173,7 +174,7 @@ def _run_rounds(
             elif job.pack.engine == "local":
                 run_local(job, run, items)
             else:
-                from packer.engine.ray_engine import run_ray
+                from packer.engine._ray_engine import run_ray
 
                 run_ray(job, run)
     else:
@@ -206,7 +207,7 @@ def _pack_into(job: PackJob, writer: FormatWriter, sink: Output) -> PackReport:
     items = ordered_items(scan.items, job.order["kind"], job.order["seed"])
     session: contextlib.AbstractContextManager = contextlib.nullcontext()
     if job.pack.engine == "ray":
-        from packer.engine.ray_engine import ray_session
+        from packer.engine._ray_engine import ray_session
 
         session = ray_session(job.pack.ray_address)
     with session:

@@ -54,7 +54,7 @@ def _text_bytes(text: str) -> bytes:
 
 def encode_feature(value: FeatureValue) -> bytes:
     """A ``Feature``: bytes/str -> bytes_list, int -> int64_list, float -> float_list; lists too."""
-    from readers.formats.tfrecord.fields import Floats, Ints
+    from readers.formats.tfrecord._fields import Floats, Ints
 
     if isinstance(value, Floats):
         return _field(2, _field(1, _float32_bytes(value)))

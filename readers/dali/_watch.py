@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from readers.dali.feed import BatchFeed
+from readers.dali._feed import BatchFeed
 from readers.errors import DecodeError, ImgpackError
 
 WATCH_INTERVAL = 0.5  # seconds between checks that the py_workers processes are alive

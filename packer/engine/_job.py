@@ -1,5 +1,6 @@
 """A pack as data: its validated ``PackSpec`` with the scanned source (``PackJob``) and the parts
-an engine works through (``PartsRun``); packer/engine/engine.py and packer/engine/ray_engine.py take both."""
+an engine works through (``PartsRun``); packer/engine/pack_run.py and packer/engine/_ray_engine.py
+take both."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from packer.output.output import Output
+from packer.output.output_dir import Output
 from packer.sources.source import SourceScan
 from packer.spec import PackSpec
 from readers.formats.packed_sample import PreprocessSpec
@@ -20,7 +21,7 @@ class PackJob:
     scan: SourceScan  # the source, scanned (and relabelled for an append)
     spec: PreprocessSpec  # as the format's writer pinned it (--to bmp is --encode bmp)
     started: float = 0.0  # time.perf_counter() when the pack began
-    known: Any = None  # packer.dedup.dedup.Known: with --dedup, the samples of the dataset appended to
+    known: Any = None  # packer.dedup.deduper.Known: with --dedup, the samples of the dataset appended to
 
     @property
     def order(self) -> dict[str, Any]:

@@ -13,12 +13,12 @@ through as they are:
   the window follows from the stored size, as on the batch path).
 
 A field's bytes (never pickle): number lists and boxes as their little-endian int64 / float32
-array (``readers.fields.fields.typed``'s dtypes), "int" and "float" as their exact decimal text, "str"
+array (``readers.fields.field_schema.typed``'s dtypes), "int" and "float" as their exact decimal text, "str"
 as UTF-8, "json" as canonical JSON. They cost a copy each way, where a JSON round trip cost tens of
 microseconds per sample in this process, the one every DALI batch passes through.
 
 ``DaliFields`` turns a batch of them into the target of every batch path,
-``{"label": labels, name: collated...}``: ``readers.fields.fields.typed``, then the read's
+``{"label": labels, name: collated...}``: ``readers.fields.field_schema.typed``, then the read's
 ``Geometry.sample_geometries`` (the one the batch assembler uses) and the ``FieldPlan`` of
 ``open_iterable``, so boxes, ``pad_fields``, ``min_visibility`` and ``"geometry"`` are those of
 the ``dataloader`` path, number for number.
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from readers.fields.fields import as_tensors, typed
+from readers.fields.field_schema import as_tensors, typed
 from readers.image.geometry import Geometry, Window
 from readers.store.record import Record
 

@@ -1,6 +1,6 @@
 """The local engine's process pool: preprocessed results in source order, from a bounded window
 of small chunks in flight (so memory does not grow with the dataset), torn down at once when
-the pack stops (packer/engine/engine.py writes what it yields)."""
+the pack stops (packer/engine/pack_run.py writes what it yields)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any
 
-from packer.engine.lifetime import die_with_parent
+from packer.engine._lifetime import die_with_parent
 from packer.engine.parts import Failure, preprocess_chunk
 from packer.scan.source_items import chunked
 from packer.sources.source import SourceItem
 from readers.formats.packed_sample import PackedSample, PreprocessSpec
-from readers.remote.remote import is_url
+from readers.remote.urls import is_url
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 CHUNK = 8  # samples per pool task: amortises inter-process overhead, keeps order cheap

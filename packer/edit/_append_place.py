@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from readers.errors import ImgpackError
-from readers.remote.remote import join_url, url_fs
+from readers.remote.urls import join_url, url_fs
 from readers.store.manifest import MANIFEST_NAME, Manifest, write_atomic, write_manifest
 
 STAGING = ".imgpack-append"

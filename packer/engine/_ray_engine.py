@@ -27,18 +27,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packer.dedup.dedup import applied, skips_of
-from packer.engine.lifetime import process_alive
+from packer.dedup.deduper import applied, skips_of
+from packer.engine._lifetime import process_alive
+from packer.engine._ray_carry import Carried, Keeper, carried_or_preprocessed, overlapping, settle
 from packer.engine.parts import BLOCK, part_from_dict, part_to_dict, preprocess_chunk, write_part
-from packer.engine.ray_carry import Carried, Keeper, carried_or_preprocessed, overlapping, settle
-from packer.output.output import RAY_STAGING as STAGING
+from packer.output.output_dir import RAY_STAGING as STAGING
 from packer.output.pack_order import ordered_items
 from readers.errors import ImgpackError
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.writer_base import FormatWriter
 
 if TYPE_CHECKING:
-    from packer.engine.job import PackJob, PartsRun
+    from packer.engine._job import PackJob, PartsRun
 
 WATCH_EVERY = 8  # samples between checks that the driver still lives
 
@@ -70,9 +70,9 @@ def _pack_part(
 ) -> tuple[dict[str, Any], list | None]:
     """The task: preprocess and write one part (reading URL sources itself); with a remote
     ``sink``, in a temporary folder on this node, uploaded from here when complete. Its samples
-    are numbered from ``first``; they start at ``start`` in the pack order (packer/engine/part_plan.py).
+    are numbered from ``first``; they start at ``start`` in the pack order (packer/engine/_part_plan.py).
     Results earlier tasks carried (``sources``) are not preprocessed again; this part's own are
-    returned with its record (packer/engine/ray_carry.py). ``skips``: its --dedup duplicates."""
+    returned with its record (packer/engine/_ray_carry.py). ``skips``: its --dedup duplicates."""
     keeper = Keeper()
     preprocessed = carried_or_preprocessed(items, start, sources or [], spec, storage_options, writer.fields)
     results = applied(keeper.through(_watched(preprocessed, driver)), skips or {})
@@ -217,7 +217,7 @@ def _hash_chunk(chunk: list, spec: PreprocessSpec, storage_options: dict[str, An
 
 def dedup_skips(job: PackJob) -> dict[int, str]:
     """The --dedup skips of the whole pack: every item hashed by Ray tasks, then one Deduper
-    over the hashes in pack order (packer/dedup/dedup.py), as the local engine's stream would."""
+    over the hashes in pack order (packer/dedup/deduper.py), as the local engine's stream would."""
     import ray
 
     items = ordered_items(job.scan.items, job.order["kind"], job.order["seed"])
