@@ -82,7 +82,7 @@ enum outcome { DECODED, REFUSED, FAILED };
 
 /* A few hundred bytes can declare a 65089 x 65278 progressive image, whose coefficients libjpeg
  * keeps in memory for the whole image: 8 GB of RSS for a 723-byte file (found by the fuzzer,
- * tests/fuzz_jpegwindow.py). libjpeg-turbo has no backing store, so a JPEG that needs more
+ * tests/support/fuzz_jpegwindow.py). libjpeg-turbo has no backing store, so a JPEG that needs more
  * than this fails (JERR_NO_BACKING_STORE) and goes to the general decoders. 1 GiB holds a
  * 300-megapixel progressive 4:2:0 photo; baseline JPEGs need a few rows of buffers. */
 #define MEMORY_LIMIT (1024L * 1024 * 1024)

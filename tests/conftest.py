@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.s3server import s3  # noqa: F401 - the moto S3 server fixture, for every test file
+from tests.support.s3server import s3  # noqa: F401 - the moto S3 server fixture, for every test file
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO / "sample_data"

@@ -1,4 +1,4 @@
-/* Coverage feedback for the atheris run of the window decoder (tests/fuzz_jpegwindow.py), with
+/* Coverage feedback for the atheris run of the window decoder (tests/support/fuzz_jpegwindow.py), with
  * gcc: the extension's own sources are compiled with -fsanitize-coverage=trace-pc, which calls
  * __sanitizer_cov_trace_pc at every basic block. The libFuzzer inside atheris no longer takes
  * that callback (it aborts; clang's inline 8-bit counters replaced it), so this file, compiled

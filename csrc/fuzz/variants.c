@@ -1,5 +1,5 @@
 /* Test-data tool: JPEGs Pillow and OpenCV cannot write, made with the libjpeg-turbo the window
- * decoder uses (dlopened the same way, csrc/jpegwindow.c). tests/jpeg_variants.py builds and
+ * decoder uses (dlopened the same way, csrc/jpegwindow.c). tests/support/jpeg_variants.py builds and
  * runs it; not part of the extension.
  *
  *   variants LIBRARY arithmetic [progressive] < baseline.jpg > arithmetic.jpg

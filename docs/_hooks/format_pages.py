@@ -48,7 +48,7 @@ def format_page(fmt: Format) -> str:
 
 
 def github_slug(value: str, separator: str = "-") -> str:
-    """The anchor GitHub gives a heading (tests/helpers_markdown.py checks the links with it)."""
+    """The anchor GitHub gives a heading (tests/support/markdown.py checks the links with it)."""
     return re.sub(r"[^\w\- ]", "", value.strip().lower()).replace(" ", separator)
 
 

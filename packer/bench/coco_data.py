@@ -5,7 +5,7 @@ rectangles, one per category colour; the COCO file's boxes are exactly those rec
 resize, crop and flip, ``find_rectangle`` locates a category's colour in the output pixels, and
 the box a reader returns must frame it (``iou``).
 
-The tests' COCO data (tests/cocodata.py) and the docs' examples; from the command line::
+The tests' COCO data (tests/support/cocodata.py) and the docs' examples; from the command line::
 
     pack bench run coco_data coco --count 300    # coco/instances.json + coco/images/
     pack bench run coco_data coco --segmentation # each box's rectangle as a polygon too

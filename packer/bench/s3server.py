@@ -1,5 +1,5 @@
 """A real S3-compatible server (moto) on 127.0.0.1: the object store of the remote benchmarks and
-of the tests that read or write s3:// URLs (their fixture: tests/s3server.py). Needs the dev extra."""
+of the tests that read or write s3:// URLs (their fixture: tests/support/s3server.py). Needs the dev extra."""
 
 from __future__ import annotations
 

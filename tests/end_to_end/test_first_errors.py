@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from readers import ImgpackError, open_dataset, open_iterable
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_cli import assert_one_line, pack_sample
+from tests.support.cli import assert_one_line, pack_sample
 
 SMALLER_THAN_250 = 8  # sample_data images with a side under 250 px
 

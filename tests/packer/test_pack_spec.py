@@ -1,6 +1,6 @@
 """``PackSpec``: one validated, keyword-only spec per pack, built by every ``pack`` command and
 by ``pack_folder``; every mistake is refused, named, before the output exists. The format flags
-come from the formats' typed pack options, and a source defined in a test (tests/pairsource.py)
+come from the formats' typed pack options, and a source defined in a test (tests/support/pairsource.py)
 is one module plus one registry call, packed by the CLI and the Python API."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from readers.formats.pack_option import PackOption
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import format_names
 from readers.formats.writer_base import FormatWriter
-from tests import npyformat, pairsource
 from tests.conftest import SAMPLE_DATA, cli_env
+from tests.support import npyformat, pairsource
 
 SMALL = ["--resize", "16", "--workers", "1", "-q"]
 

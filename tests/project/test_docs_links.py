@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers_markdown import DOCS, README, doc_pages, heading_anchors, page_name, prose_lines
+
+from tests.support.markdown import DOCS, README, doc_pages, heading_anchors, page_name, prose_lines
 
 INLINE_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")

@@ -27,7 +27,7 @@ import pytest
 
 from readers.formats import registered
 from tests.conftest import REPO, cli_env
-from tests.helpers_markdown import doc_pages, fences
+from tests.support.markdown import doc_pages, fences
 
 PACKAGES = ("packer", "readers")
 # "readers.formats.tar.writer:TarWriter": a module and an attribute, as readers.formats.format.load takes

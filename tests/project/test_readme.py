@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import cli_env
-from helpers_markdown import REPO, doc_pages, fences, page_name
+
+from tests.conftest import cli_env
+from tests.support.markdown import REPO, doc_pages, fences, page_name
 
 MARKER = re.compile(r"<!--\s*readme-test:\s*(not run|first run|given|same as):\s*(.*?)\s*-->")
 SHELL = ("", "bash", "sh", "shell", "console")
@@ -145,7 +146,7 @@ def runnable(page: str, benchmarks: bool) -> list[Block]:
 
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory):
-    """tests/docs_runner.py, started once: it forks a fresh process for each page it is sent."""
+    """tests/support/docs_runner.py, started once: it forks a fresh process for each page it is sent."""
     bin_dir = tmp_path_factory.mktemp("bin")
     for name, command in (("pack", "-m packer.cli"), ("python", "")):
         shim = bin_dir / name
@@ -155,7 +156,7 @@ def runner(tmp_path_factory):
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     env["MPLBACKEND"] = "Agg"
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "docs_runner.py")],
+        [sys.executable, str(REPO / "tests" / "support" / "docs_runner.py")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,

@@ -23,7 +23,7 @@ from readers.dali import dali_loader
 from readers.errors import ImgpackError, OptionError
 from readers.spec import ReadSpec, entry_points
 from tests.conftest import REPO
-from tests.helpers_formats import formats_storing
+from tests.support.formats import formats_storing
 
 FIXED = {"resize": 40, "crop": 32, "encode": "png"}
 VARYING = {"resize": 36, "encode": "png"}  # shorter side 36: stored sizes differ

@@ -93,7 +93,7 @@ OK = "ok"
 SKIP = "skip"
 IGNORE = "ignore"
 
-SAMPLE_DATA = Path(__file__).resolve().parent.parent / "sample_data"
+SAMPLE_DATA = Path(__file__).resolve().parents[2] / "sample_data"
 EMPTY_CLASS = "empty_class"
 UNREADABLE = "broken/unreadable.jpg"
 BOMB_SIDE = 16384  # 16384**2 = 268M pixels > 2 * 89_478_485 (Pillow's default limit)

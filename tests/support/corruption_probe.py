@@ -1,5 +1,5 @@
 """Reads datasets named on stdin, one per line, and answers each with one JSON line (a helper
-process for tests/test_corruption_property.py, not a test).
+process for tests/readers/store/test_corruption_property.py, not a test).
 
 For each dataset: the problems ``pack verify`` reports, and what a ``verify=True`` reader
 returns (every record's label, shape and bytes digested) or the ImgpackError it raises. Any

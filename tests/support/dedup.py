@@ -1,4 +1,4 @@
-"""Small source folders with planted copies, for tests/test_dedup.py and tests/test_overlap.py."""
+"""Small source folders with planted copies, for tests/packer/dedup/ (test_dedup.py, test_overlap.py)."""
 
 from __future__ import annotations
 

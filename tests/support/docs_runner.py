@@ -1,4 +1,5 @@
-"""Runs the blocks of one docs page per request, each page in a fresh process (for tests/test_readme.py).
+"""Runs the blocks of one docs page per request, each page in a fresh process
+(for tests/project/test_readme.py).
 
 This process imports torch and readers once, then forks a child per page: the child has its own
 namespace, working directory and output file, as if the page were run in a new interpreter, without

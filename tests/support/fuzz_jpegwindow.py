@@ -1,16 +1,16 @@
 """Coverage-guided fuzzing of the JPEG window decoder (csrc/) with atheris, for a bounded time.
 
-    python -m tests.fuzz_jpegwindow --seconds 1800 --work fuzz-work
-    python -m tests.fuzz_jpegwindow --work fuzz-work --reproduce fuzz-work/crash-...   # one input
+    python -m tests.support.fuzz_jpegwindow --seconds 1800 --work fuzz-work
+    python -m tests.support.fuzz_jpegwindow --work fuzz-work --reproduce fuzz-work/crash-...   # one input
 
 Builds the extension into ``--work`` with AddressSanitizer + UBSan and gcc's basic-block coverage
 (csrc/fuzz/coverage.c hands the counters to atheris's libFuzzer), restarts itself with libasan
-preloaded, and lets libFuzzer mutate inputs from the seed corpus (tests/jpeg_corpus.py): each
+preloaded, and lets libFuzzer mutate inputs from the seed corpus (tests/support/jpeg_corpus.py): each
 input is 6 bytes that choose the window, scale, colour space and IDCT, then a
-JPEG. Every input goes through the differential check (tests/jpeg_differential.py: the window
+JPEG. Every input goes through the differential check (tests/support/jpeg_differential.py: the window
 equals whole rows + crop and Pillow's whole decode + crop, no write past the buffer); a problem
 raises, and libFuzzer saves the input as ``--work/crash-*``. The last line printed is a JSON
-summary (executions, coverage, findings). tests/test_decoder_fuzz.py runs it for 60 s in CI.
+summary (executions, coverage, findings). tests/readers/image/test_decoder_fuzz.py runs it for 60 s in CI.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from tests.jpeg_corpus import jpeg_size, seeds, window_params
-from tests.jpeg_differential import (
+from tests.support.jpeg_corpus import jpeg_size, seeds, window_params
+from tests.support.jpeg_differential import (
     ROOT,
     SANITIZER_FLAGS,
     build_extension,
     gcc_runtime,
     install_extension,
 )
-from tests.jpeg_variants import build_tool, variants
+from tests.support.jpeg_variants import build_tool, variants
 
 SLOTS = 65536  # csrc/fuzz/coverage.c's IMGPACK_COV_SLOTS
 
@@ -65,7 +65,7 @@ def register_coverage(so: Path) -> None:
 
 
 def write_seeds(work: Path) -> None:
-    """The seed corpus: tests/jpeg_corpus.py's files and the arithmetic and 12-bit variants."""
+    """The seed corpus: tests/support/jpeg_corpus.py's files and the arithmetic and 12-bit variants."""
     from readers.image import jpegwindow  # the normal build, in this (parent) process only
 
     corpus = work / "corpus"
@@ -80,7 +80,7 @@ def fuzz(args: argparse.Namespace) -> None:
     """Runs in the restarted process (libasan preloaded)."""
     import atheris
 
-    from tests.jpeg_differential import check_window
+    from tests.support.jpeg_differential import check_window
 
     so = Path(args.so)
     register_coverage(so)
@@ -142,7 +142,7 @@ def main() -> None:
         "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, "-m", "tests.fuzz_jpegwindow", "--seconds", str(args.seconds)]
+    command = [sys.executable, "-m", "tests.support.fuzz_jpegwindow", "--seconds", str(args.seconds)]
     command += ["--work", str(work)]
     command += ["--so", str(so)]
     if args.reproduce:

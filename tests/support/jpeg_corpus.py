@@ -1,9 +1,9 @@
 """JPEGs for the window decoder's safety checks: generated files of every kind the decoder meets,
 and deterministic mutants of them (truncations, bit flips, bad markers, odd sampling factors).
 
-Used by the sanitizer replay (tests/test_decoder_sanitized.py), the coverage-guided run
-(tests/fuzz_jpegwindow.py, whose seeds these are) and the differential check
-(tests/jpeg_differential.py). Every function here is a pure function of its arguments: the same
+Used by the sanitizer replay (tests/readers/image/test_decoder_sanitized.py), the coverage-guided run
+(tests/support/fuzz_jpegwindow.py, whose seeds these are) and the differential check
+(tests/support/jpeg_differential.py). Every function here is a pure function of its arguments: the same
 corpus on every run, so a failure reproduces from its name.
 """
 
@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from tests.helpers_jpeg import textured_pixels
+from tests.support.jpeg import textured_pixels
 
 SIZES = [(1, 1), (7, 13), (16, 16), (33, 17), (64, 48), (100, 131), (190, 257)]
 # Pillow's options for each kind.
@@ -64,7 +64,7 @@ def first_scans(data: bytes, scans: int) -> bytes:
 def seeds() -> dict[str, bytes]:
     """About 150 valid JPEGs: every kind x a spread of sizes (1x1 to 190x257), grey and CMYK,
     progressive files cut after 1..n scans. Arithmetic-coded and 12-bit files come from
-    tests/jpeg_variants.py (they need libjpeg's compressor)."""
+    tests/support/jpeg_variants.py (they need libjpeg's compressor)."""
     out: dict[str, bytes] = {}
     for s, (height, width) in enumerate(SIZES):
         pixels = textured_pixels(height, width, seed=s)

@@ -12,9 +12,9 @@ A refusal (None) is always allowed: the readers then decode the image whole with
 decoders, which report damage.
 
 ``build_extension`` compiles csrc/ into a directory with extra flags (AddressSanitizer + UBSan
-for tests/test_decoder_sanitized.py, coverage for tests/fuzz_jpegwindow.py), and
+for tests/readers/image/test_decoder_sanitized.py, coverage for tests/support/fuzz_jpegwindow.py), and
 ``install_extension`` makes ``readers.image.jpegwindow`` load that build (with the same library search
-as always). Run as ``python -m tests.jpeg_differential SO CORPUS FINDINGS`` it replays every file
+as always). Run as ``python -m tests.support.jpeg_differential SO CORPUS FINDINGS`` it replays every file
 of CORPUS through that build (the sanitizer test's child process).
 """
 
@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from tests.jpeg_corpus import WindowParams, jpeg_size, window_params
+from tests.support.jpeg_corpus import WindowParams, jpeg_size, window_params
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "csrc" / "jpegwindow.c"]
 CANARY = 0xA5
 SANITIZER_FLAGS = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer"]

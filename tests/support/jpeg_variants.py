@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.helpers_jpeg import textured_pixels
-from tests.jpeg_corpus import PILLOW_KINDS, pillow_jpeg
+from tests.support.jpeg import textured_pixels
+from tests.support.jpeg_corpus import PILLOW_KINDS, pillow_jpeg
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_tool(dest: Path) -> Path:

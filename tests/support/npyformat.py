@@ -1,10 +1,11 @@
-"""A format defined outside imgpack, for the contract suite (tests/test_out_of_tree_format.py).
+"""A format defined outside imgpack, for the contract suite
+(tests/readers/formats/test_out_of_tree_format.py).
 
 One ``npy-000000.npz`` file per part, written with plain numpy and read back with
 ``np.load(allow_pickle=False)``: ``images`` (every sample's bytes, one flat uint8 array) and
 ``index`` (int64 rows: offset, size, label, height, width, channels, encoding code). The whole
 format is this module plus its ``FORMAT`` registered by name; nothing in imgpack knows it.
-A pack in a subprocess sees it through ``IMGPACK_FORMATS=tests.npyformat:FORMAT``.
+A pack in a subprocess sees it through ``IMGPACK_FORMATS=tests.support.npyformat:FORMAT``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from readers.store.checksums import file_sha256
 from readers.store.manifest import Shard
 from readers.store.record import ENCODING_CODES, ENCODING_NAMES, Record
 
-PLUGIN = "tests.npyformat:FORMAT"
+PLUGIN = "tests.support.npyformat:FORMAT"
 
 
 def part_name(part: int) -> str:

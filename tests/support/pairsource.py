@@ -1,6 +1,7 @@
-"""A source defined outside imgpack, for tests/test_pack_spec.py: a text file of ``path<TAB>class``
+"""A source defined outside imgpack, for tests/packer/test_pack_spec.py: a text file of ``path<TAB>class``
 lines, paths relative to the file's folder (or ``--root``). The whole source is this module; it
-joins with ``register_source(SOURCE)``, or in a subprocess ``IMGPACK_SOURCES=tests.pairsource:SOURCE``.
+joins with ``register_source(SOURCE)``, or in a subprocess
+``IMGPACK_SOURCES=tests.support.pairsource:SOURCE``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from packer.scan.rows import Row, scan_rows
 from packer.scan.source_kind import Source
 from packer.sources.source import SourceScan
 
-PLUGIN = "tests.pairsource:SOURCE"
+PLUGIN = "tests.support.pairsource:SOURCE"
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """A small real training loop that checkpoints every step, for the kill-and-resume tests.
 
-    python tests/train_script.py DATASET OUT --mode batch|sample --workers 2 --persistent
+    python tests/support/train_script.py DATASET OUT --mode batch|sample --workers 2 --persistent
         --epochs 2 --kill-at 5 11 [--world 2] [--resume-from rank0.pt] [--auto-epoch]
         [--buckets AREA,MULTIPLE[,GROUP[,LEFTOVER]]] [--mix-with DATASET2] [--tokens PATCH,BUDGET,L1:L2...]
 

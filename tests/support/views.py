@@ -1,4 +1,5 @@
-"""What the view tests share (tests/test_views.py, tests/test_views_checks.py)."""
+"""What the view tests share (tests/readers/datasets/test_views.py,
+tests/packer/edit/test_views_checks.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import REPO, SAMPLE_DATA, packed_items, run_cli
 from PIL import Image
 
 from packer.bench._plot import plot_report
@@ -22,6 +21,7 @@ from packer.bench.run import run_bench
 from packer.cli import main
 from readers import open_dataset
 from readers.store.manifest import read_manifest
+from tests.conftest import REPO, SAMPLE_DATA, packed_items, run_cli
 
 pytestmark = pytest.mark.slow  # runs pack bench
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers_markdown import REPO
 
 from packer.bench.suites import SUITES, run_suite, suite_named, suite_names
 from packer.cli import main
 from readers.errors import OptionError
+from tests.support.markdown import REPO
 
 SUITES_DIR = REPO / "packer" / "bench" / "suites"
 
@@ -87,7 +87,7 @@ def test_pack_bench_still_compares_datasets_and_its_help_names_the_suites(tmp_pa
 
 
 def test_a_suite_runs_as_a_module_in_a_fresh_process(tmp_path):
-    from conftest import cli_env
+    from tests.conftest import cli_env
 
     cmd = [sys.executable, "-m", "packer.bench.suites.scan_memory", "--help"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env(), cwd=tmp_path)

@@ -22,7 +22,7 @@ from readers.image.decode import decode_array
 from readers.store.manifest import write_manifest
 from readers.store.sample_hashes import digest_of, phash_of_array, stored_hashes
 from tests.conftest import run_cli
-from tests.helpers_dedup import planted_folder
+from tests.support.dedup import planted_folder
 
 SPEC = PreprocessSpec(resize=48)
 
@@ -171,7 +171,7 @@ def test_dedup_options_are_checked_before_anything_is_written(tmp_path):
 
 @pytest.mark.slow
 def test_dedup_after_kill_9_and_resume_skips_what_an_uninterrupted_pack_skips(tmp_path):
-    from tests.packrun import SLOW_PACK, kill_after_parts, run_pack
+    from tests.support.packrun import SLOW_PACK, kill_after_parts, run_pack
 
     src = tmp_path / "src"
     planted_folder(src, range(40))

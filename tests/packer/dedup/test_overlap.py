@@ -14,8 +14,8 @@ from readers import read_manifest, source_paths
 from readers.formats import format_named, format_names
 from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import run_cli
-from tests.helpers_dedup import planted_folder
-from tests.s3server import BUCKET
+from tests.support.dedup import planted_folder
+from tests.support.s3server import BUCKET
 
 SPEC = PreprocessSpec(resize=48)
 

@@ -31,9 +31,9 @@ from readers.store.manifest import MANIFEST_NAME, read_manifest
 from readers.store.sample_hashes import hashes_of
 from readers.store.sample_sources import SOURCE_PATHS_NAME
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_formats import numbered_and_not
-from tests.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_for
-from tests.s3server import BUCKET
+from tests.support.formats import numbered_and_not
+from tests.support.packrun import SLOW_PACK, copy_source, kill_group, run_pack, start_pack, wait_for
+from tests.support.s3server import BUCKET
 
 SPEC = PreprocessSpec(encode="png")
 

@@ -19,8 +19,8 @@ from readers.formats import format_names, open_reader
 from readers.formats.packed_sample import PreprocessSpec
 from readers.store.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_formats import parts_hold_the_images
-from tests.helpers_views import FIXED, PICKED, fresh_parent, view_of
+from tests.support.formats import parts_hold_the_images
+from tests.support.views import FIXED, PICKED, fresh_parent, view_of
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_index_lists_take_comments_and_blank_lines_and_name_a_bad_line(tmp_path)
 
 # -- remote -------------------------------------------------------------------------------------
 def test_views_in_and_of_a_bucket_read_and_verify_like_local_ones(s3, tmp_path):
-    from tests.s3server import BUCKET
+    from tests.support.s3server import BUCKET
 
     _, options = s3
     url = f"s3://{BUCKET}/views/parent"

@@ -11,7 +11,8 @@ from packer.engine.pack_run import pack_folder
 from readers import open_dataset, read_manifest, source_paths
 from readers.errors import ImgpackError
 from readers.formats.packed_sample import PreprocessSpec
-from tests.badinput import (
+from tests.conftest import run_cli
+from tests.support.badinput import (
     EMPTY_CLASS,
     UNREADABLE,
     by_outcome,
@@ -19,7 +20,6 @@ from tests.badinput import (
     make_bad_corpus,
     permissions_effective,
 )
-from tests.conftest import run_cli
 
 
 @pytest.fixture(scope="module")

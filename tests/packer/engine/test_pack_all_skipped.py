@@ -11,8 +11,8 @@ import pytest
 from readers import open_dataset
 from readers.formats import format_names
 from tests.conftest import run_cli
-from tests.helpers_cli import assert_one_line
-from tests.helpers_damage import SMALL, SPLIT
+from tests.support.cli import assert_one_line
+from tests.support.damage import SMALL, SPLIT
 
 
 # -- a pack that skipped every image leaves nothing half-made ----------------------------------

@@ -16,7 +16,7 @@ from readers import open_dataset, read_manifest
 from readers.formats import format_names
 from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA
-from tests.packrun import run_pack
+from tests.support.packrun import run_pack
 
 SMALL = PreprocessSpec(resize=24)
 

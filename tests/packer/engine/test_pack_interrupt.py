@@ -16,7 +16,7 @@ from packer.info.verify import verify_dataset
 from packer.sources.source import scan_folder
 from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.packrun import (
+from tests.support.packrun import (
     SLOW_PACK,
     copy_source,
     dataset_arrays,

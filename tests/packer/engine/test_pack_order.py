@@ -20,8 +20,8 @@ from readers.formats import format_names
 from readers.formats.packed_sample import PreprocessSpec
 from readers.order.epoch_order import pack_order
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_formats import numbered_and_not
-from tests.packrun import SLOW_PACK, copy_source, kill_after_parts, run_pack
+from tests.support.formats import numbered_and_not
+from tests.support.packrun import SLOW_PACK, copy_source, kill_after_parts, run_pack
 
 SPEC = PreprocessSpec(resize=32)
 
@@ -153,7 +153,7 @@ def test_a_reordered_table_reads_pickles_and_slices_like_the_reordered_list():
 
 @pytest.mark.parametrize("fmt", NUMBERED_AND_NOT)
 def test_a_pack_to_s3_has_the_same_order_and_source_paths_as_a_local_one(s3, tmp_path, fmt):
-    from tests.s3server import BUCKET
+    from tests.support.s3server import BUCKET
 
     _, options = s3
     url = f"s3://{BUCKET}/order-{fmt}"

@@ -11,7 +11,7 @@ from PIL import Image
 
 from readers import read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_cli import write_images
+from tests.support.cli import write_images
 
 # -- --upscale bounded by --max-pixels on the result -----------------------------------
 
@@ -65,7 +65,7 @@ def test_a_nul_byte_in_an_imagelist_path_is_a_recorded_skip(tmp_path):
 
 def test_a_nul_byte_in_a_coco_file_name_is_a_recorded_skip(tmp_path):
     from packer.sources.coco import coco_source
-    from tests.cocodata import make_coco
+    from tests.support.cocodata import make_coco
 
     annotations = make_coco(tmp_path, count=3, empty=0)
     data = json.loads(annotations.read_text())

@@ -11,8 +11,8 @@ import pytest
 from packer.engine.pack_run import pack_folder
 from readers import open_dataset, read_manifest
 from readers.formats.packed_sample import PreprocessSpec
-from tests.badinput import make_bad_corpus
 from tests.conftest import SAMPLE_DATA, run_cli
+from tests.support.badinput import make_bad_corpus
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -51,7 +51,7 @@ def test_ray_engine_writes_the_same_dataset_as_the_local_engine(ray_cluster, tmp
 def test_ray_tasks_move_coco_boxes_with_the_pixels_like_the_local_engine(ray_cluster, tmp_path):
     """Boxes are refitted in the task that resizes the image (packer/engine/parts.py), once."""
     from packer.sources.coco import coco_source
-    from tests.cocodata import make_coco
+    from tests.support.cocodata import make_coco
 
     coco = make_coco(tmp_path / "coco", count=24, empty=2)
     scan = coco_source(coco, coco.parent / "images")
@@ -71,8 +71,8 @@ def test_ray_tasks_move_coco_boxes_with_the_pixels_like_the_local_engine(ray_clu
 def test_ray_tasks_read_from_and_upload_to_s3(ray_cluster, s3, tmp_path, monkeypatch):
     """No shared filesystem: each task reads its images from the bucket and uploads its part."""
     from packer.sources import remote_source
-    from tests.s3server import BUCKET
-    from tests.test_pack_remote import SPEC, assert_same_dataset, download
+    from tests.packer.output.test_pack_remote import SPEC, assert_same_dataset, download
+    from tests.support.s3server import BUCKET
 
     fs, options = s3
     storage = {**options, "key": "testing", "secret": "testing"}  # the cluster started without them

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.conftest import cli_env
-from tests.packrun import (
+from tests.support.packrun import (
     SLOW_PACK,
     copy_source,
     dataset_arrays,

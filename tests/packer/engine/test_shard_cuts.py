@@ -15,9 +15,9 @@ from packer.output.output_dir import PROGRESS_NAME
 from packer.sources.source import scan_folder
 from readers import open_dataset, read_manifest, source_paths
 from readers.formats import format_names
-from tests.helpers_formats import numbered_and_not
-from tests.packrun import SLOW_PACK, copy_source, kill_after_parts, run_pack
-from tests.test_pack_order import SPEC, digest_tree
+from tests.packer.engine.test_pack_order import SPEC, digest_tree
+from tests.support.formats import numbered_and_not
+from tests.support.packrun import SLOW_PACK, copy_source, kill_after_parts, run_pack
 
 PER_SHARD = 10
 GOOD = 88  # sample_data twice
@@ -182,7 +182,7 @@ def download_tree(fs, url: str, dest: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("fmt", NUMBERED_AND_NOT)
 def test_a_pack_to_s3_is_cut_at_dataset_indices(s3, src, tmp_path, fmt):
-    from tests.s3server import BUCKET
+    from tests.support.s3server import BUCKET
 
     fs, storage = s3
     url, options = f"s3://{BUCKET}/cuts-{fmt}", {"samples_per_shard": PER_SHARD}
@@ -195,7 +195,7 @@ def test_a_pack_to_s3_is_cut_at_dataset_indices(s3, src, tmp_path, fmt):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ray_to_s3_drops_the_parts_the_re_cut_no_longer_has(ray_cluster, s3, src, tmp_path):
-    from tests.s3server import BUCKET
+    from tests.support.s3server import BUCKET
 
     fs, storage = s3
     storage = {**storage, "key": "testing", "secret": "testing"}  # the cluster started without them

@@ -12,8 +12,8 @@ import pytest
 from packer.info.verify import verify_dataset
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_cli import assert_one_line
-from tests.helpers_damage import copy_of
+from tests.support.cli import assert_one_line
+from tests.support.damage import copy_of
 
 
 # -- pack info sees broken parts; pack verify's summary and hints ------------------------------

@@ -11,8 +11,8 @@ import pytest
 from readers.errors import ManifestError
 from readers.store.checksums import file_sha256
 from tests.conftest import run_cli
-from tests.helpers_cli import assert_one_line, pack_sample
-from tests.helpers_damage import copy_of, edit_manifest, read_all
+from tests.support.cli import assert_one_line, pack_sample
+from tests.support.damage import copy_of, edit_manifest, read_all
 
 
 def test_reindex_of_a_truncated_tar_is_one_line(packed, tmp_path):

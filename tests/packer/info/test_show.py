@@ -77,7 +77,7 @@ def test_boxes_drawn_and_non_ascii_class_names_have_glyphs(tmp_path):
     from packer.cli import main
     from packer.info.show import BOX, caption_font
     from readers import open_dataset
-    from tests.cocodata import coco_pack_args, make_coco
+    from tests.support.cocodata import coco_pack_args, make_coco
 
     coco = make_coco(tmp_path / "coco", count=12, empty=0)
     out = tmp_path / "coco.lmdb"

@@ -13,7 +13,7 @@ from readers import open_dataset
 from readers.errors import DatasetReplacedError
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_cli import assert_one_line, pack_sample
+from tests.support.cli import assert_one_line, pack_sample
 
 # -- a reader open while `pack --force` replaces its dataset never mixes old and new ------
 
@@ -116,7 +116,7 @@ def _flat_sources(tmp_path: Path) -> dict[str, list]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tests.cocodata import make_coco
+    from tests.support.cocodata import make_coco
 
     images = sorted((SAMPLE_DATA / "animals").iterdir())[:3]
     listing = tmp_path / "l.csv"

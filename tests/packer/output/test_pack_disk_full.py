@@ -10,8 +10,8 @@ import pytest
 from packer.info.verify import verify_dataset
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_disks import mounted_tmpfs
-from tests.packrun import copy_source, run_pack, syscall_count
+from tests.support.disks import mounted_tmpfs
+from tests.support.packrun import copy_source, run_pack, syscall_count
 
 pytestmark = pytest.mark.root  # mounts a 20 MB tmpfs
 

@@ -15,8 +15,8 @@ from readers.errors import ManifestError
 from readers.formats import format_names
 from readers.formats.packed_sample import PreprocessSpec
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_formats import parts_hold_the_images
-from tests.packrun import (
+from tests.support.formats import parts_hold_the_images
+from tests.support.packrun import (
     SLOW_PACK,
     copy_source,
     dataset_arrays,

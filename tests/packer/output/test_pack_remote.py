@@ -22,7 +22,7 @@ from readers.formats import format_names, open_reader
 from readers.formats.packed_sample import PreprocessSpec
 from readers.store.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA, cli_env, run_cli
-from tests.s3server import BUCKET, free_port
+from tests.support.s3server import BUCKET, free_port
 
 SPEC = PreprocessSpec(resize=24)
 FORMATS = format_names()

@@ -9,13 +9,13 @@ import pickle
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE_DATA
 
 from packer.output.pack_order import order_record
 from packer.output.progress import fingerprint
 from packer.scan.source_items import SourceItems
 from packer.sources.source import IMAGE_EXTENSIONS, SourceItem, SourceScan, scan_folder
 from readers.formats.packed_sample import PreprocessSpec
+from tests.conftest import SAMPLE_DATA
 
 WEIRD = [  # bytes: some names are not UTF-8
     b"c1/a.jpg", b"c1/a/b.jpg", b"c1/a-b.jpg", b"c1/a b.jpg", b"c1/a.b/x.jpg", b"c1/ab/y.png",

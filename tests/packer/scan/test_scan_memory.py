@@ -13,9 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from conftest import REPO
-
 from packer.bench.suites.scan_memory import build_tree, measure
+from tests.conftest import REPO
 
 SMALL, LARGE = 20_000, 200_000
 BYTES_PER_FILE = 40  # the bound on growth per extra file

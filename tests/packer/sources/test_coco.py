@@ -15,7 +15,7 @@ from packer.cli import main
 from packer.sources.coco import coco_source, scan_coco
 from readers.errors import ImgpackError
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import CLASSES, coco_pack_args, colour_of, find_rectangle, iou, make_coco
+from tests.support.cocodata import CLASSES, coco_pack_args, colour_of, find_rectangle, iou, make_coco
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from packer.sources.imagelist import scan_list
 from readers import read_manifest
 from tests.conftest import run_cli
-from tests.helpers_cli import write_images
+from tests.support.cli import write_images
 
 # -- JSON labels that are neither an integer nor a name ---------------------------------
 

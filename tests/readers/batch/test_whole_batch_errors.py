@@ -10,7 +10,7 @@ import pytest
 from torch.utils.data import DataLoader
 
 from readers import ImgpackError, open_iterable
-from tests.helpers_damage import SMALL, SPLIT
+from tests.support.damage import SMALL, SPLIT
 
 # -- a DataLoader that batches whole batches again: one clear line from the workers too -------
 DOUBLE_BATCH = """

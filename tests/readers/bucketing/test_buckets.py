@@ -23,8 +23,8 @@ from packer.cli import main
 from readers import AspectBuckets, BucketList, OptionError, ResumeError, make_loader, mix, open_iterable
 from readers.bucketing.bucket_order import bucket_schedule
 from readers.bucketing.buckets import cover_window
-from tests.cocodata import coco_pack_args, make_coco
-from tests.test_boxes_read import FIELDS, check_frames
+from tests.readers.fields.test_boxes_read import FIELDS, check_frames
+from tests.support.cocodata import coco_pack_args, make_coco
 
 SHAPES = {(36, 64): 13, (64, 36): 11, (48, 64): 9, (64, 48): 6, (56, 56): 9}  # (h, w): images
 BUCKETS = AspectBuckets(area=32 * 32, multiple=8)
@@ -196,7 +196,7 @@ def coco_lmdb(tmp_path_factory) -> Path:
 
 
 def pack_coco(tmp_path_factory) -> Path:
-    """80 COCO images with drawn rectangles as boxes (tests/cocodata.py), to LMDB in source order."""
+    """80 COCO images with drawn rectangles as boxes (tests/support/cocodata.py), to LMDB in source order."""
     coco = make_coco(tmp_path_factory.mktemp("coco"), count=80, empty=2)
     out = tmp_path_factory.mktemp("coco-lmdb") / "ds"
     result = CliRunner().invoke(main, coco_pack_args(coco, "lmdb", out, "--order", "source", "-q"))
@@ -228,7 +228,7 @@ def test_dali_fallback_gives_the_open_iterable_batches(aspects):
     want = list(make_loader(open_iterable(aspects, **options), num_workers=0))
     assert len(got) == len(want) and len({tuple(i.shape[2:]) for i, _ in got}) > 1
     for (a, la), (b, lb) in zip(got, want):
-        assert torch.equal(la, lb) and torch.equal(a, b)  # DALI's own pipeline: tests/test_buckets_dali.py
+        assert torch.equal(la, lb) and torch.equal(a, b)  # DALI: tests/readers/dali/test_buckets_dali.py
 
 
 def test_bucket_options_are_checked_at_construction(aspects):
@@ -259,8 +259,8 @@ def test_pack_info_prints_the_bucket_histogram(aspects):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode, workers", [("batch", 2), ("sample", 2)])
 def test_kill_and_resume_trains_on_the_uninterrupted_batches(aspects, tmp_path, mode, workers):
-    """kill -9 mid-epoch, at an epoch's first batch and right after a resume (tests/train_script.py)."""
-    from tests.test_resume import train
+    """kill -9 mid-epoch, at an epoch's first batch and right after a resume (support/train_script.py)."""
+    from tests.readers.order.test_resume import train
 
     options = ("--mode", mode, "--buckets", "1024,8")
     (reference,) = train(aspects, tmp_path / "ref", *options)

@@ -18,7 +18,7 @@ from readers import AspectBuckets, ResumeError, make_loader, open_iterable
 from readers.bucketing.bucket_order import carry_length, carry_schedule
 from readers.formats import open_reader
 from readers.order.epoch_order import global_order
-from tests.test_buckets_mix import FIRST, MIXED_SIZES, aspect_pack
+from tests.readers.bucketing.test_buckets_mix import FIRST, MIXED_SIZES, aspect_pack
 
 OPTIONS = {"seed": 3, "shuffle": True, "block_size": 4, "buffer_size": 16}
 
@@ -218,8 +218,8 @@ def test_pack_info_reports_no_leftovers_for_carry(aspects):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["batch", "sample"])
 def test_carry_kill_and_resume_trains_on_the_uninterrupted_batches(aspects, tmp_path, mode):
-    """kill -9 mid-epoch, at epoch 1's first batch and right after a resume (tests/train_script.py)."""
-    from tests.test_resume import train
+    """kill -9 mid-epoch, at epoch 1's first batch and right after a resume (support/train_script.py)."""
+    from tests.readers.order.test_resume import train
 
     options = ("--mode", mode, "--buckets", "1024,8,,carry", "--epochs", "3")
     (reference,) = train(aspects, tmp_path / "ref", *options)

@@ -4,7 +4,7 @@ flip, remote (s3:// on moto, also into DALI's pipeline), DALI's pipeline x elast
 appended dataset, views and splits, a real gloo group x persistent workers x resume.
 
 The sets are small (tens of images a few dozen pixels a side): every test reads real packs
-through real DataLoader workers; the bucketed set is tests/test_buckets.py's (a label names its
+through real DataLoader workers; the bucketed set is test_buckets.py's (a label names its
 sample, images at 16:9, 9:16, 4:3, 3:4 and 1:1)."""
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from packer.edit.views import split_views, write_view
 from packer.scan.rows import Row, pack_rows
 from packer.sources.source import scan_folder
 from readers import AspectBuckets, ResumeError, make_loader, open_dataset, open_iterable
-from tests import test_buckets, test_masks
-from tests.cocodata import coco_pack_args
-from tests.test_buckets import BATCH, BUCKETS, SHAPES, expected_bucket, write_aspect_images
-from tests.test_fields import iou, rectangle_in
-from tests.test_remote_read import upload
+from tests.readers.bucketing import test_buckets
+from tests.readers.bucketing.test_buckets import BATCH, BUCKETS, SHAPES, expected_bucket, write_aspect_images
+from tests.readers.fields import test_masks
+from tests.readers.fields.test_fields import iou, rectangle_in
+from tests.readers.remote.test_remote_read import upload
+from tests.support.cocodata import coco_pack_args
 
 aspects = test_buckets.aspects  # 48 images, label = index, LMDB
 N = sum(SHAPES.values())

@@ -3,7 +3,7 @@ every rank, every position of the mixed epoch once (plus the documented padding)
 elastic resume, the order a function of (seed, epoch, datasets, weights).
 
 Two packs of one class folder per image (so a mixed label names its dataset and sample): the
-bucketed set of tests/test_buckets.py and a second one at other ratios and counts."""
+bucketed set of tests/readers/bucketing/test_buckets.py and a second one at other ratios and counts."""
 
 from __future__ import annotations
 
@@ -196,8 +196,8 @@ def test_a_token_budget_is_refused_in_a_mix(packs):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["batch", "sample"])
 def test_kill_and_resume_trains_on_the_uninterrupted_batches(packs, tmp_path, mode):
-    """kill -9 mid-epoch, at epoch 1's first batch and right after a resume (tests/train_script.py)."""
-    from tests.test_resume import train
+    """kill -9 mid-epoch, at epoch 1's first batch and right after a resume (support/train_script.py)."""
+    from tests.readers.order.test_resume import train
 
     options = ("--mode", mode, "--buckets", "1024,8", "--mix-with", str(packs[1]))
     (reference,) = train(packs[0], tmp_path / "ref", *options)

@@ -2,7 +2,7 @@
 of at most L patches, every batch within the budget, the same cell at each step on every rank,
 every sample once per epoch (plus the documented padding), exact and elastic resume.
 
-The set is tests/test_buckets.py's: one class folder per image, so a label names its sample;
+The set is tests/readers/bucketing/test_buckets.py's: one class folder per image, so a label names its sample;
 images at 16:9, 9:16, 4:3, 3:4 and 1:1."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch
 from readers import OptionError, ResumeError, TokenBudget, make_loader, open_iterable
 from readers.bucketing.token_budget import patch_grids
 from readers.bucketing.token_order import EMPTY, token_summary
-from tests.test_boxes_read import FIELDS, check_frames
-from tests.test_buckets import SHAPES, pack_aspects, pack_coco, stored_size_of
+from tests.readers.bucketing.test_buckets import SHAPES, pack_aspects, pack_coco, stored_size_of
+from tests.readers.fields.test_boxes_read import FIELDS, check_frames
 
 PATCH = 8
 BUDGET = TokenBudget(patch=PATCH, budget=72, seq_lens=(16, 36))  # batches of 4 (L=16) and 2 (L=36)
@@ -262,13 +262,13 @@ def test_a_plain_dataloader_resumes_from_the_images_it_took(aspects):
         it.state_dict(consumed=images + 1)
 
 
-TOKENS = ("--tokens", "8,72,16:36")  # tests/train_script.py's BUDGET
+TOKENS = ("--tokens", "8,72,16:36")  # tests/support/train_script.py's BUDGET
 
 
 @pytest.mark.slow
 def test_kill_and_resume_trains_on_the_uninterrupted_batches(aspects, tmp_path):
-    """kill -9 mid-epoch, at an epoch's first batch and right after a resume (tests/train_script.py)."""
-    from tests.test_resume import train
+    """kill -9 mid-epoch, at an epoch's first batch and right after a resume (support/train_script.py)."""
+    from tests.readers.order.test_resume import train
 
     (reference,) = train(aspects, tmp_path / "ref", *TOKENS)
     per_epoch = len(reference) // 2
@@ -280,7 +280,7 @@ def test_kill_and_resume_trains_on_the_uninterrupted_batches(aspects, tmp_path):
 
 @pytest.mark.slow
 def test_two_gloo_ranks_take_equal_batches_at_every_step_and_resume_after_a_kill(aspects, tmp_path):
-    from tests.test_resume import train
+    from tests.readers.order.test_resume import train
 
     ranks = ("--world", "2", "--workers", "1")
     reference = train(aspects, tmp_path / "ref", *TOKENS, *ranks)

@@ -2,7 +2,7 @@
 
 The same samples in the same batches and shapes as ``open_iterable`` with the same buckets, seed
 and epoch, on every rank; pixels within the resamplers' difference (DALI's antialiased
-``fn.resize`` against readers.image.resample, as in tests/test_dali.py); boxes that frame the drawn
+``fn.resize`` against readers.image.resample, as in test_dali.py); boxes that frame the drawn
 rectangles; exact mid-epoch resume, from a state that says where open_iterable's says.
 
 The set: one class folder per image (a label names its sample), smooth gradients with a few
@@ -25,10 +25,10 @@ from PIL import Image
 from packer.cli import main
 from readers import AspectBuckets, ResumeError, make_loader, open_iterable
 from readers.dali import dali_loader
-from tests import test_buckets
-from tests.test_boxes_read import FIELDS, check_frames
-from tests.test_dali import assert_same, batches
-from tests.test_dali_fields import assert_same_targets
+from tests.readers.bucketing import test_buckets
+from tests.readers.dali.test_dali import assert_same, batches
+from tests.readers.dali.test_dali_fields import assert_same_targets
+from tests.readers.fields.test_boxes_read import FIELDS, check_frames
 
 SHAPES = {(72, 128): 11, (128, 72): 9, (96, 128): 7, (128, 96): 6, (112, 112): 7}  # (h, w): images
 BUCKETS = AspectBuckets(area=48 * 48, multiple=8)
@@ -37,7 +37,7 @@ CARRY = AspectBuckets(area=48 * 48, multiple=8, random_offset=True, leftover="ca
 BATCH = 4
 # Mean absolute pixel difference allowed per batch. Stored pixels: DALI's antialiased linear
 # fn.resize against readers.image.resample on a ~2.3x shrink, measured 0.4-0.6 here, and 1.7-2.2 with
-# every window one stored pixel off. JPEG: tests/test_dali.py's 3.0 (measured 1.3-2.6: the CPU
+# every window one stored pixel off. JPEG: tests/readers/dali/test_dali.py's 3.0 (measured 1.3-2.6: the CPU
 # path also decodes at 1/2 scale, DCT scaling, where DALI decodes whole).
 MAD = {"raw": 1.0, "jpeg": 3.0}
 
@@ -111,7 +111,7 @@ def test_the_window_is_the_cover_window_not_a_centre_crop(packs):
     assert max(differences) > MAD["jpeg"], differences
 
 
-coco_lmdb = test_buckets.coco_lmdb  # the COCO set of tests/test_buckets.py, 80 images
+coco_lmdb = test_buckets.coco_lmdb  # the COCO set of tests/readers/bucketing/test_buckets.py, 80 images
 
 
 def plain(target: dict) -> dict:
@@ -170,4 +170,4 @@ def test_gpu_pipeline_reads_the_cpu_pipelines_bucketed_batches(packs, encode):
     options = dict(batch_size=BATCH, buckets=OFFSET, seed=7, flip=True)
     gpu = batches(dali_loader(packs[encode], device="gpu", **options))
     cpu = batches(dali_loader(packs[encode], device="cpu", **options))
-    assert_same(gpu, cpu, mad=2.5 if encode == "jpeg" else 0.5)  # nvJPEG's rounding: tests/test_dali_gpu.py
+    assert_same(gpu, cpu, mad=2.5 if encode == "jpeg" else 0.5)  # nvJPEG's rounding: test_dali_gpu.py

@@ -15,7 +15,7 @@ import pytest
 from readers.errors import ImgpackError
 from readers.formats import format_names
 from tests.conftest import SAMPLE_DATA
-from tests.helpers_damage import SMALL, SPLIT, upload_copy
+from tests.support.damage import SMALL, SPLIT, upload_copy
 
 
 # -- DALI on damaged datasets, remote tar, a killed py_workers process -----------

@@ -1,12 +1,13 @@
 """fields= on the real DALI pipeline (CPU here): the same targets as the DataLoader path, sample for sample.
 
-A COCO set (tests/cocodata.py) is packed with boxes, per-box categories and a non-ASCII caption
+A COCO set (tests/support/cocodata.py) is packed with boxes, per-box categories and a non-ASCII caption
 into every format that stores fields, and read by ``dali_loader(device="cpu")`` (a real DALI
 pipeline, ``device_id=None``) and by ``device="dataloader"`` (``open_iterable`` + ``make_loader``)
 with the same options. Boxes must be *equal*, not close: both paths move them with the same code
 (``readers.batch.record_stream.batch_fields``) through the same integer windows and flips (a function of
 (seed, epoch, sample index)); only the pixels differ, by DALI's resampler (the tolerance of
-tests/test_dali.py). That boxes frame what DALI's pixels show is tests/test_boxes_read.py's check.
+test_dali.py). That boxes frame what DALI's pixels show is tests/readers/fields/test_boxes_read.py's
+check.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from readers.fields.field_schema import KINDS, typed
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import formats_storing_fields
 from readers.store.record import Record
-from tests.cocodata import CLASSES, make_coco
+from tests.support.cocodata import CLASSES, make_coco
 
 SCHEMA = {"boxes": "boxes", "categories": "box_ints", "caption": "str"}
 FIELDS = list(SCHEMA)
@@ -198,4 +199,4 @@ def test_gpu_pipeline_fields_match_the_cpu_pipeline(packed_fields):
     assert not first_target["boxes"][0].is_cuda  # moved in Python, on the CPU
     got = batches(dali_loader(path, device="gpu", **kwargs))
     reference = batches(dali_loader(path, device="cpu", **kwargs))
-    assert assert_same_targets(got, reference, mad=2.0) > 60  # nvJPEG's rounding: tests/test_dali_gpu.py
+    assert assert_same_targets(got, reference, mad=2.0) > 60  # nvJPEG's rounding: test_dali_gpu.py

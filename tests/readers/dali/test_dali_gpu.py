@@ -3,7 +3,7 @@
 Each test compares the GPU pipeline with DALI's CPU pipeline on the same arguments: the same
 samples in the same order with the same windows and flips, pixels equal within decoder tolerance.
 These run only where a GPU exists (marked ``gpu``); everything around them runs on the CPU in
-tests/test_dali.py and tests/test_augment.py.
+tests/readers/dali/test_dali.py and tests/readers/image/test_augment.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from readers import RandomResizedCrop
 from readers.dali import dali_loader
-from tests.test_dali import CASES, MEAN, RAW, STD, assert_same, batches, identities, sample_ids
+from tests.readers.dali.test_dali import CASES, MEAN, RAW, STD, assert_same, batches, identities, sample_ids
 
 pytestmark = [
     pytest.mark.gpu,

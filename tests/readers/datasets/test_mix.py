@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from readers import make_loader, mix, open_dataset
 from readers.datasets.mix import quotas
-from tests.helpers_formats import formats_storing
+from tests.support.formats import formats_storing
 
 FIXED = {"resize": 40, "crop": 32, "encode": "png"}
 FORMATS = formats_storing(FIXED["encode"])  # every format that can: each one takes part in the mix

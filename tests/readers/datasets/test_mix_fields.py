@@ -14,7 +14,7 @@ from packer.scan.rows import Row, pack_rows
 from readers import RandomResizedCrop, make_loader, mix, open_iterable
 from readers.errors import OptionError
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import draw_rectangles, rect_of
+from tests.support.cocodata import draw_rectangles, rect_of
 
 N = 16
 CAPTIONED, BOXED = formats_storing_fields()[0], formats_storing_fields()[-1]  # two formats

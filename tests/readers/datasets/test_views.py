@@ -4,7 +4,7 @@ like datasets.
 Every format from the registry: a view reads exactly its parent's samples at its indices
 (pixels, labels, fields), in few parent reads, with no image bytes of its own; resume,
 persistent workers, elastic, DDP, mix and dali_loader run over the view's own samples. The
-checks (verify, re-packed parent, split, CLI, bucket) are in tests/test_views_checks.py.
+checks (verify, re-packed parent, split, CLI, bucket) are in tests/packer/edit/test_views_checks.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import formats_storing_fields
 from readers.order.resume import ResumeError
 from readers.store.manifest import read_manifest
-from tests.helpers_views import FIXED, PICKED, spec_of, view_of
+from tests.support.views import FIXED, PICKED, spec_of, view_of
 
 
 @pytest.fixture(params=format_names())
@@ -120,7 +120,7 @@ def test_consecutive_view_positions_are_read_as_few_parent_blocks(parent, tmp_pa
 
 def test_fields_ride_along(tmp_path):
     from packer.sources.imagelist import scan_list
-    from tests.cocodata import draw_rectangles
+    from tests.support.cocodata import draw_rectangles
 
     (tmp_path / "images").mkdir()
     images = draw_rectangles(tmp_path / "images", 12, 24, 32)

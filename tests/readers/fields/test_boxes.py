@@ -20,7 +20,7 @@ from readers.fields.boxes import (
 from readers.formats.packed_sample import PreprocessSpec
 from readers.image import resample
 from readers.image.geometry import RandomResizedCrop, Window, centre_window, resized_size, sample_uniforms
-from tests.cocodata import iou
+from tests.support.cocodata import iou
 
 
 def drawn_image(h: int, w: int, box) -> np.ndarray:

@@ -13,7 +13,7 @@ import pytest
 from packer.scan.rows import Row, pack_rows
 from readers import make_loader, open_iterable
 from readers.fields.boxes import geometry_for_window, transform_box_batch, transform_boxes
-from tests.cocodata import draw_rectangles
+from tests.support.cocodata import draw_rectangles
 
 MIN_SIDE = 0.01  # px, the documented rule (docs/reading.md)
 # The window's left edge lands 1e-14 px left of the box's right edge (x = 50): what a

@@ -1,5 +1,5 @@
 """Boxes follow the image on every reading path and every registered format: a COCO set with its
-boxes drawn into the pixels (tests/cocodata.py) is packed, read back with resize, centre crop,
+boxes drawn into the pixels (tests/support/cocodata.py) is packed, read back with resize, centre crop,
 RandomResizedCrop and flip, and every returned box must frame its rectangle as found in the
 returned pixels (IoU >= 0.9)."""
 
@@ -14,7 +14,7 @@ from packer.cli import main
 from readers import RandomResizedCrop, make_loader, open_dataset, open_iterable
 from readers.dali import dali_loader
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import coco_pack_args, colour_of, find_rectangle, iou, make_coco
+from tests.support.cocodata import coco_pack_args, colour_of, find_rectangle, iou, make_coco
 
 SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
 

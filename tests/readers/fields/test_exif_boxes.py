@@ -23,7 +23,7 @@ from packer.transform.preprocess import ORIENTATION_TRANSPOSE
 from readers import RandomResizedCrop, open_dataset, open_iterable
 from readers.dali import dali_loader
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import CATEGORIES, coco_pack_args, colour_of, find_rectangle, iou
+from tests.support.cocodata import CATEGORIES, coco_pack_args, colour_of, find_rectangle, iou
 
 UPRIGHT = (96, 144)  # (h, w): not square, so orientations 5-8 change the shape
 RECTANGLES = {0: (12, 10, 48, 32), 1: (88, 52, 36, 28)}  # class index -> upright (x, y, w, h)

@@ -18,7 +18,7 @@ from packer.engine.pack_run import pack_folder
 from packer.sources.imagelist import scan_list
 from readers import dali_loader, make_loader, mix, open_dataset, open_iterable
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import draw_rectangles
+from tests.support.cocodata import draw_rectangles
 
 VALUES = [1e-300, 1733090000.123456, 1733090001.5, -2.5e300]
 N = len(VALUES)

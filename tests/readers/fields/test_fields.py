@@ -21,8 +21,8 @@ from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iter
 from readers.errors import ImgpackError, OptionError
 from readers.store.manifest import read_manifest
 from readers.store.record import pack_record, unpack_record
-from tests.cocodata import draw_rectangles, rect_of
 from tests.conftest import run_cli
+from tests.support.cocodata import draw_rectangles, rect_of
 
 SOURCE_ORDER = ("--order", "source")  # these tests index samples in the source's order
 
@@ -281,7 +281,7 @@ def test_batch_collation_equals_collating_each_sample(pad):
     from readers.fields.boxes import geometry_for_window
     from readers.fields.field_schema import as_tensors, typed
     from readers.fields.sample_fields import FieldPlan
-    from tests.test_boxes import random_batch
+    from tests.readers.fields.test_boxes import random_batch
 
     schema = {"caption": "str", "boxes": "boxes", "categories": "box_ints", "score": "float", "tags": "ints"}
     rng = np.random.default_rng(3)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from packer.cli import main
 from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iterable
 from readers.fields.boxes import GeometryRecord
-from tests.cocodata import coco_pack_args, make_coco
+from tests.support.cocodata import coco_pack_args, make_coco
 
 READ = {"crop": RandomResizedCrop(48, scale=(0.3, 1.0)), "flip": True, "seed": 1}
 

@@ -20,7 +20,7 @@ from packer.cli import main
 from packer.sources.coco import scan_coco
 from readers import RandomResizedCrop, open_dataset, open_iterable
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import CATEGORIES, colour_of
+from tests.support.cocodata import CATEGORIES, colour_of
 
 MIN_AREA = 60  # masks smaller than this in the output are slivers whose colour edges blur
 
@@ -206,7 +206,7 @@ def test_a_malformed_segmentation_is_a_skip_with_the_reason(tmp_path):
 
 @pytest.mark.parametrize("more", [[], ["--resize", "80"]])
 def test_masks_of_exif_rotated_sources_are_turned_with_the_pixels(tmp_path, more):
-    from tests.test_exif_boxes import RECTANGLES, write_rotated
+    from tests.readers.fields.test_exif_boxes import RECTANGLES, write_rotated
 
     (tmp_path / "images").mkdir()
     images, annotations = [], []

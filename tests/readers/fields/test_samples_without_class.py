@@ -29,7 +29,7 @@ from readers import make_loader, mix, open_dataset, open_iterable
 from readers.errors import ImgpackError
 from readers.formats.registry import format_names, formats_storing_fields
 from readers.store.manifest import read_manifest
-from tests.cocodata import draw_rectangles, rect_of
+from tests.support.cocodata import draw_rectangles, rect_of
 
 DEEP = "[" * 2500 + "]" * 2500  # deeper than Python's JSON parser can go
 

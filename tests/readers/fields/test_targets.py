@@ -19,7 +19,7 @@ from readers import RandomResizedCrop, make_loader, mix, open_dataset, open_iter
 from readers.errors import OptionError
 from readers.fields.targets import tv_tensors
 from readers.formats.registry import formats_storing_fields
-from tests.cocodata import coco_pack_args, make_coco
+from tests.support.cocodata import coco_pack_args, make_coco
 
 KEYS = {"boxes", "labels", "image_id", "iscrowd", "area"}
 FIELDS = ["boxes", "categories", "iscrowd", "image_id"]
@@ -168,7 +168,7 @@ def test_option_mistakes_name_the_fix(packed, options, message):
 
 
 def test_a_dataset_without_boxes_is_refused_naming_its_fields(tmp_path):
-    from tests.cocodata import draw_rectangles
+    from tests.support.cocodata import draw_rectangles
 
     (tmp_path / "src" / "a").mkdir(parents=True)
     draw_rectangles(tmp_path / "src" / "a", 2)

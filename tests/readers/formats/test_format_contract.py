@@ -1,4 +1,4 @@
-"""The format contract (tests/format_contract/) for every registered format, and the registry's
+"""The format contract (tests/support/format_contract/) for every registered format, and the registry's
 own promises: an unknown name is one clear error, a format stores only the encodings it declares."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from readers.errors import ImgpackError
 from readers.formats import format_named, format_names, register_format, unregister_format
 from readers.formats.packed_sample import PreprocessSpec
 from readers.store.manifest import read_manifest
-from tests import npyformat
 from tests.conftest import SAMPLE_DATA
-from tests.format_contract import FormatContract
+from tests.support import npyformat
+from tests.support.format_contract import FormatContract
 
 
 class TestEveryRegisteredFormat(FormatContract):

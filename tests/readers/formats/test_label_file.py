@@ -19,8 +19,8 @@ from readers.formats.label_file import LABELS_NAME
 from readers.formats.packed_sample import PreprocessSpec
 from readers.store.manifest import MANIFEST_NAME, read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_damage import edit_manifest
-from tests.s3server import BUCKET
+from tests.support.damage import edit_manifest
+from tests.support.s3server import BUCKET
 
 # The formats that own a label file: a new format that keeps one gets these tests.
 WITH_LABEL_FILE = [name for name in format_names() if format_named(name).owns(LABELS_NAME)]
@@ -144,7 +144,7 @@ def test_reindex_restores_the_label_file_and_force_removes_it(pack, tmp_path):
 
 
 def test_a_resumed_pack_writes_the_same_label_file(tmp_path):
-    """(Ray packs: tests/test_tar.py compares every file of a Ray pack, labels.i64 included.)"""
+    """(Ray packs: formats/tar/test_tar.py compares every file of a Ray pack, labels.i64 included.)"""
     fmt = WITH_LABEL_FILE[0]
     spec = PreprocessSpec(**SPEC)
     whole = tmp_path / "whole"

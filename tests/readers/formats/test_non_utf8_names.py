@@ -10,7 +10,7 @@ import pytest
 from readers import read_manifest
 from readers.formats import format_names
 from tests.conftest import run_cli
-from tests.helpers_cli import write_images
+from tests.support.cli import write_images
 
 # -- a file name that is not UTF-8 packs into every format, --resume included ------------
 
@@ -37,7 +37,7 @@ def test_tfrecord_keeps_the_file_name_bytes_and_resume_packs_it(tmp_path):
     import struct
 
     from readers.formats.tfrecord._example import decode_example
-    from tests.packrun import SLOW_PACK, kill_group, run_pack, start_pack, wait_started
+    from tests.support.packrun import SLOW_PACK, kill_group, run_pack, start_pack, wait_started
 
     out = tmp_path / "out"
     # 40 images at 256 px as PNG: a pack still running when it is killed

@@ -1,5 +1,5 @@
-"""A format kept outside imgpack (tests/npyformat.py) is one module plus one registry line, and
-keeps the whole format contract (tests/format_contract/) unchanged, guarantees included."""
+"""A format kept outside imgpack (tests/support/npyformat.py) is one module plus one registry line, and
+keeps the whole format contract (tests/support/format_contract/) unchanged, guarantees included."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from readers.errors import ImgpackError
 from readers.formats import format_names, register_format, unregister_format
 from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import PLUGINS_ENV
-from tests import npyformat
 from tests.conftest import REPO, SAMPLE_DATA, run_cli
-from tests.format_contract import FormatContract
-from tests.s3server import BUCKET
+from tests.support import npyformat
+from tests.support.format_contract import FormatContract
+from tests.support.s3server import BUCKET
 
 NPY = npyformat.FORMAT.name
 

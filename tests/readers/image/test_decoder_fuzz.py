@@ -1,4 +1,4 @@
-"""The coverage-guided run of the window decoder (tests/fuzz_jpegwindow.py), time-boxed to 60 s
+"""The coverage-guided run of the window decoder (tests/support/fuzz_jpegwindow.py), time-boxed to 60 s
 in CI: atheris + libFuzzer, the extension under ASan + UBSan with gcc block coverage, every input
 through the differential check. The long run is the same command with ``--seconds 1800``
 (docs/window-decoder.md has its result)."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.jpeg_differential import ROOT
+from tests.support.jpeg_differential import ROOT
 
 SECONDS = 60
 
@@ -19,7 +19,7 @@ SECONDS = 60
 @pytest.mark.slow
 def test_a_minute_of_coverage_guided_fuzzing_finds_nothing(tmp_path):
     work = tmp_path / "fuzz"
-    command = [sys.executable, "-m", "tests.fuzz_jpegwindow", "--seconds", str(SECONDS)]
+    command = [sys.executable, "-m", "tests.support.fuzz_jpegwindow", "--seconds", str(SECONDS)]
     done = subprocess.run(
         [*command, "--work", str(work)], cwd=ROOT, capture_output=True, text=True, timeout=SECONDS + 200
     )

@@ -1,9 +1,9 @@
 """The window decoder built with AddressSanitizer + UBSan, replaying ~1,700 generated and damaged
-JPEGs with the differential check (tests/jpeg_differential.py) in a child process that preloads
+JPEGs with the differential check (tests/support/jpeg_differential.py) in a child process that preloads
 gcc's libasan: every run of the suite, about a minute.
 
-The corpus: tests/jpeg_corpus.py's seeds (every sampling, progressive cut after 1..n scans,
-restart markers, grey, CMYK, 1x1 to 190x257), tests/jpeg_variants.py's arithmetic-coded and 12-bit
+The corpus: tests/support/jpeg_corpus.py's seeds (every sampling, progressive cut after 1..n scans,
+restart markers, grey, CMYK, 1x1 to 190x257), tests/support/jpeg_variants.py's arithmetic-coded and 12-bit
 files, and 1,500 deterministic mutants of them (truncations, bit flips, bad markers, odd sampling
 factors, frame sizes, segment lengths, restart markers, frame types). A crash names the file it
 was decoding and leaves it in the test's findings folder; a pixel difference does the same.
@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 from readers.image import jpegwindow
-from tests.jpeg_corpus import mutants, seeds
-from tests.jpeg_differential import ROOT, SANITIZER_FLAGS, build_extension, gcc_runtime
-from tests.jpeg_variants import build_tool, variants
+from tests.support.jpeg_corpus import mutants, seeds
+from tests.support.jpeg_differential import ROOT, SANITIZER_FLAGS, build_extension, gcc_runtime
+from tests.support.jpeg_variants import build_tool, variants
 
 MUTANTS = 1500
 
@@ -47,7 +47,7 @@ def test_the_sanitized_decoder_matches_a_whole_decode_on_every_corpus_file(tmp_p
         "PYTHONPATH": str(ROOT),
     }
     corpus = tmp_path / "corpus"
-    command = [sys.executable, "-m", "tests.jpeg_differential", str(so), str(corpus), str(findings)]
+    command = [sys.executable, "-m", "tests.support.jpeg_differential", str(so), str(corpus), str(findings)]
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     current = findings / "current"
     if done.returncode != 0:

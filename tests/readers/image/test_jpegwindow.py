@@ -27,9 +27,9 @@ from readers.image import jpegwindow
 from readers.image.decode import decode_array
 from readers.image.geometry import Window, scaled_window
 from readers.store.record import Record
-from tests.helpers_formats import formats_storing
-from tests.helpers_jpeg import textured_pixels
-from tests.jpeg_corpus import first_scans, markers
+from tests.support.formats import formats_storing
+from tests.support.jpeg import textured_pixels
+from tests.support.jpeg_corpus import first_scans, markers
 
 SIZES = [(257, 383), (33, 17), (100, 101), (512, 300)]
 KINDS = {

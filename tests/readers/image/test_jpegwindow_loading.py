@@ -16,7 +16,7 @@ import pytest
 
 from readers.image import jpegwindow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def doctor(env: dict[str, str] | None = None) -> dict:

@@ -10,7 +10,7 @@ import pytest
 
 from packer.bench.suites import many_ranks
 from readers.order.epoch_order import OrderSpec, global_order, order_at, rank_order
-from tests.helpers_formats import numbered_and_not
+from tests.support.formats import numbered_and_not
 
 
 def old_epoch_order(spec: OrderSpec, epoch: int, start: int) -> np.ndarray:

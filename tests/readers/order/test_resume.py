@@ -1,6 +1,6 @@
 """Resume that cannot go wrong: kill -9 a real training script mid-epoch, resume, compare.
 
-The training script (tests/train_script.py) records which samples every step trained on and
+The training script (tests/support/train_script.py) records which samples every step trained on and
 checkpoints ``loader.state_dict()`` (``readers.make_loader``, a StatefulDataLoader) each step.
 """
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import cli_env
 from torch.utils.data import DataLoader
-from train_script import sample_ids
 
 from readers import ResumeError, make_loader, open_dataset, open_iterable
+from tests.conftest import REPO, cli_env
+from tests.support.train_script import sample_ids
 
-SCRIPT = Path(__file__).with_name("train_script.py")
+SCRIPT = REPO / "tests" / "support" / "train_script.py"
 SPEC = {"resize": 40, "crop": 32, "encode": "png"}
 PER_EPOCH = 11  # 44 samples in batches of 4
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers_cli import pack_sample
+from tests.support.cli import pack_sample
 
 # -- every field of a resume state, at every level, is checked ----------------------------
 

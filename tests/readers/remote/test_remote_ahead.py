@@ -11,7 +11,7 @@ from packer.bench.delay_proxy import delayed
 from readers import make_loader, mix, open_iterable
 from readers.errors import OptionError
 from readers.remote.remote_ahead import AheadSettings, ahead_settings, parse_size, plan_requests
-from tests.s3server import BUCKET
+from tests.support.s3server import BUCKET
 
 SPLIT = {"samples_per_shard": 10}
 SMALL = {"resize": 32, "crop": 32}
@@ -203,7 +203,7 @@ BOUND = 8  # seconds ($IMGPACK_REMOTE_TIMEOUT): a loaded machine's moto may take
 @pytest.mark.parametrize("workers", [0, 2])
 def test_stalled_server_is_a_remote_error_within_the_bound(packed, monkeypatch, workers):
     from readers.remote.urls import RemoteError
-    from tests.s3server import moto_s3_process, stopped
+    from tests.support.s3server import moto_s3_process, stopped
 
     with moto_s3_process() as (fs, options, proc):
         fs.put(str(packed("tar", options=SPLIT, **SMALL)), f"{BUCKET}/ds", recursive=True)

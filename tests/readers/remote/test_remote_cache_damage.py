@@ -12,9 +12,9 @@ import pytest
 from readers import open_dataset
 from readers.errors import ManifestError
 from readers.formats import format_names
-from tests.helpers_damage import SMALL, SPLIT, upload_copy
-from tests.helpers_disks import mounted_tmpfs
-from tests.helpers_formats import formats_with_index_files, parts_hold_the_images
+from tests.support.damage import SMALL, SPLIT, upload_copy
+from tests.support.disks import mounted_tmpfs
+from tests.support.formats import formats_with_index_files, parts_hold_the_images
 
 # -- a damaged cached index is fetched again; a full cache disk is named as such --------------
 

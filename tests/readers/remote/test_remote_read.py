@@ -18,8 +18,8 @@ from readers.formats import format_names, open_reader
 from readers.store.checksums import file_sha256
 from readers.store.manifest import read_manifest, write_manifest
 from tests.conftest import run_cli
-from tests.helpers_damage import flip_byte
-from tests.s3server import BUCKET
+from tests.support.damage import flip_byte
+from tests.support.s3server import BUCKET
 
 FORMATS = format_names()
 SPLIT = {"samples_per_shard": 16}  # 44 samples: 3 parts
@@ -216,7 +216,7 @@ def test_unreachable_endpoint_and_bad_storage_options_never_echo_secrets():
 
     from packer.cli import main
     from readers.remote.urls import RemoteError
-    from tests.s3server import free_port
+    from tests.support.s3server import free_port
 
     options = {
         "key": "AKIDEXAMPLE",

@@ -11,9 +11,9 @@ import pytest
 
 from readers import open_dataset, open_iterable
 from tests.conftest import SAMPLE_DATA
-from tests.helpers_cli import assert_one_line
-from tests.helpers_damage import SMALL, SPLIT
-from tests.s3server import stopped
+from tests.support.cli import assert_one_line
+from tests.support.damage import SMALL, SPLIT
+from tests.support.s3server import stopped
 
 # -- a stalled S3 server (SIGSTOP) is a RemoteError within the configured bound -------------
 BOUND = 3  # seconds ($IMGPACK_REMOTE_TIMEOUT); the default is 120
@@ -21,7 +21,7 @@ BOUND = 3  # seconds ($IMGPACK_REMOTE_TIMEOUT); the default is 120
 
 @pytest.fixture
 def stoppable_s3():
-    from tests.s3server import moto_s3_process
+    from tests.support.s3server import moto_s3_process
 
     with moto_s3_process() as server:
         yield server

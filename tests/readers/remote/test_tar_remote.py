@@ -16,7 +16,7 @@ from readers.errors import ChecksumError, ManifestError
 from readers.formats import open_reader
 from readers.remote.urls import RemoteError, bounded_options
 from readers.store.checksums import file_sha256
-from tests.s3server import BUCKET
+from tests.support.s3server import BUCKET
 
 SPLIT = {"samples_per_shard": 10}
 

@@ -5,7 +5,7 @@ a byte with a non-zero mask, or cut the file there). Every case must be *detecte
 verify`` reports a problem and a ``verify=True`` reader raises an ImgpackError) or *harmless*
 (both pass and the reader returns exactly the pristine labels, shapes and bytes). A crash, a
 hang, any other exception or a silently different sample fails the test. Reads run in a
-separate long-lived process (tests/corruption_probe.py), restarted after a crash, because a
+separate long-lived process (tests/support/corruption_probe.py), restarted after a crash, because a
 corrupt memory-mapped file can kill a process with SIGBUS.
 """
 
@@ -54,7 +54,7 @@ class Probe:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "tests" / "corruption_probe.py")],
+            [sys.executable, str(REPO / "tests" / "support" / "corruption_probe.py")],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -11,9 +11,9 @@ import pytest
 from readers import open_iterable
 from readers.errors import ManifestError
 from tests.conftest import run_cli
-from tests.helpers_cli import assert_one_line
-from tests.helpers_damage import copy_of, read_all
-from tests.helpers_formats import formats_with_index_files
+from tests.support.cli import assert_one_line
+from tests.support.damage import copy_of, read_all
+from tests.support.formats import formats_with_index_files
 
 
 # -- a damaged TFRecord index or a shard replaced by a directory names the file ---------------

@@ -12,7 +12,7 @@ import pytest
 from readers.errors import ChecksumError
 from readers.formats import format_names, open_reader
 from readers.store.record import ENCODING_CODES, HEADER
-from tests.helpers_damage import assert_verify_fails, copy_of, reseal
+from tests.support.damage import assert_verify_fails, copy_of, reseal
 
 
 # -- the per-record checksum covers the label ---------------------------------------------------

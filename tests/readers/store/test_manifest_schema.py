@@ -13,8 +13,8 @@ from readers import open_dataset, open_iterable
 from readers.errors import ManifestError
 from readers.formats import open_reader
 from tests.conftest import run_cli
-from tests.helpers_cli import assert_one_line
-from tests.helpers_damage import assert_verify_fails, copy_of, edit_manifest
+from tests.support.cli import assert_one_line
+from tests.support.damage import assert_verify_fails, copy_of, edit_manifest
 
 # -- the manifest is checked against its schema before anything reads it ------------------------
 SCHEMA_CASES = {

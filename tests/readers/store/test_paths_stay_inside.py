@@ -15,8 +15,8 @@ from readers import open_dataset, read_manifest
 from readers.errors import ManifestError
 from readers.formats import format_names, open_reader
 from tests.conftest import run_cli
-from tests.helpers_cli import write_images
-from tests.helpers_damage import assert_verify_fails, copy_of, edit_manifest, reseal
+from tests.support.cli import write_images
+from tests.support.damage import assert_verify_fails, copy_of, edit_manifest, reseal
 
 
 # -- paths from the manifest or an index stay inside the dataset --------------------------------

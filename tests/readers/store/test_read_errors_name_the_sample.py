@@ -16,7 +16,7 @@ from readers.errors import DecodeError
 from readers.formats import open_reader
 from readers.store.checksums import file_sha256
 from tests.conftest import cli_env
-from tests.helpers_damage import assert_verify_fails, copy_of, edit_manifest
+from tests.support.damage import assert_verify_fails, copy_of, edit_manifest
 
 # -- a truncated LMDB file is refused before it is mapped (no SIGBUS) ---------------------------
 READ_SCRIPT = """

@@ -13,8 +13,8 @@ from readers.formats import format_named
 from readers.formats.packed_sample import PreprocessSpec
 from readers.store.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA
-from tests.format_contract.packs import spec_for
-from tests.s3server import BUCKET
+from tests.support.format_contract.packs import spec_for
+from tests.support.s3server import BUCKET
 
 FIELD_SCHEMA = {
     "caption": "str", "score": "float", "boxes": "boxes", "categories": "box_ints", "meta": "json"

@@ -26,9 +26,9 @@ from readers.formats.packed_sample import PreprocessSpec
 from readers.formats.registry import open_writer
 from readers.store.manifest import read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.format_contract.packs import SAMPLES, SPLIT, copy_of, spec_for, stored
-from tests.helpers_damage import edit_manifest, flip_byte
-from tests.packrun import (
+from tests.support.damage import edit_manifest, flip_byte
+from tests.support.format_contract.packs import SAMPLES, SPLIT, copy_of, spec_for, stored
+from tests.support.packrun import (
     SLOW_PACK,
     copy_source,
     dataset_arrays,
@@ -38,7 +38,7 @@ from tests.packrun import (
     start_pack,
     wait_started,
 )
-from tests.s3server import BUCKET
+from tests.support.s3server import BUCKET
 
 
 class PackingContract:

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from readers import DeterministicSampler, open_dataset, open_iterable
-from tests.format_contract.packs import SAMPLES
+from tests.support.format_contract.packs import SAMPLES
 
 
 def identities(path) -> dict[bytes, int]:

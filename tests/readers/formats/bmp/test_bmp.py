@@ -22,8 +22,8 @@ from readers.formats.packed_sample import PreprocessSpec
 from readers.image.bmpcodec import decode_bmp, encode_bmp
 from readers.image.decode import decode_array
 from readers.store.manifest import read_manifest
-from tests.badinput import by_outcome, make_bad_corpus
 from tests.conftest import SAMPLE_DATA, packed_items, reference_pixels, run_cli
+from tests.support.badinput import by_outcome, make_bad_corpus
 
 SPEC = {"resize": 40}
 

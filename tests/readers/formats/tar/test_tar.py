@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SAMPLE_DATA, packed_items, run_cli
 from PIL import Image
 from torch.utils.data import DataLoader
 
@@ -24,6 +23,7 @@ from readers.formats import open_reader
 from readers.formats.packed_sample import PreprocessSpec
 from readers.image.decode import decode_array
 from readers.store.manifest import read_manifest
+from tests.conftest import SAMPLE_DATA, packed_items, run_cli
 
 SPLIT = {"samples_per_shard": 10}
 

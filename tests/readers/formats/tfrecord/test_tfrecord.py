@@ -1,7 +1,7 @@
 """TFRecord shards: read back by the ``tfrecord`` package and DALI; CRC and index damage caught.
 
 The format's reader guarantees (order, workers, ranks, resume, batch path, DALI feed) run with
-every other format in the format contract (tests/format_contract/) and test_dali.py.
+every other format in the format contract (tests/support/format_contract/) and test_dali.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from packer.cli import main
 from readers import open_dataset
 from readers.formats.tfrecord._example import decode_example
-from tests.cocodata import coco_pack_args, make_coco
+from tests.support.cocodata import coco_pack_args, make_coco
 
 
 @pytest.mark.parametrize("more", [[], ["--resize", "60", "--crop", "48"]])

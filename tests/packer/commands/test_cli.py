@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from packer.cli import main, parse_size
 from readers import read_manifest
 from tests.conftest import SAMPLE_DATA, run_cli
-from tests.helpers_disks import mounted_tmpfs
+from tests.support.disks import mounted_tmpfs
 
 
 def invoke(*args):
