@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,9 +60,9 @@ def run_epoch(
     }
     env = code_env()  # this checkout's packer and readers
     cmd = [sys.executable, "-m", "packer.bench.cold_epoch", json.dumps(args)]
-    measured = run_measured(
-        cmd, check=False, timeout=settings.timeout, env=env, preexec_fn=cap.join if cap is not None else None
-    )
+    with AnonymousPeak(cap) as anonymous:
+        join = cap.join if cap is not None else None
+        measured = run_measured(cmd, check=False, timeout=settings.timeout, env=env, preexec_fn=join)
     if measured.returncode:
         killed = f" (killed: {cap.events()})" if cap is not None else ""
         tail = measured.stderr.strip().splitlines()[-3:]
@@ -69,7 +70,36 @@ def run_epoch(
     result = json.loads(measured.stdout.strip().splitlines()[-1])
     result["rate"] = result["images"] / result["seconds"]
     result["peak_rss_bytes"] = measured.peak_rss_bytes
+    result["peak_anonymous_bytes"] = anonymous.peak
     return result
+
+
+class AnonymousPeak:
+    """The most anonymous memory ``cap``'s cgroup held while the block ran, sampled every 50 ms:
+    what the reading tree needs for itself, which a cap must leave room for besides the cache."""
+
+    def __init__(self, cap: MemoryCap | None, interval: float = 0.05):
+        self.cap, self.interval = cap, interval
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        assert self.cap is not None
+        while not self._stop.wait(self.interval):
+            now = self.cap.anonymous()
+            if now is not None:
+                self.peak = max(self.peak or 0, now)
+
+    def __enter__(self) -> AnonymousPeak:
+        if self.cap is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.cap is not None:
+            self._stop.set()
+            self._thread.join()
 
 
 def damon_state() -> str:
@@ -150,6 +180,7 @@ def _one_round(
     }
     if cap is not None:
         row["cap_bytes"], row["cap_peak_bytes"] = cap.limit, cap.peak()
+        row["cap_peak_anonymous_bytes"] = cold["peak_anonymous_bytes"]
     say(
         f"{path} round {rnd} readahead {readahead}: warm {row['warm']:.0f} img/s, "
         f"{'capped' if cap else 'cold'} {row['cold']:.0f} img/s, ratio {row['ratio']:.2f} "
@@ -179,6 +210,8 @@ def summarize(rows: list[dict], conditions: dict) -> list[dict]:
                 "warm": warm,
                 "cold": cold,
                 "of_ceiling": cold / ceiling,
+                "bytes": mine[0]["bytes"],
+                "tree_anonymous_bytes": max(r.get("cap_peak_anonymous_bytes") or 0 for r in mine),
             }
         )
     return out
@@ -188,15 +221,18 @@ def format_cold(report: dict) -> str:
     """A markdown table of the summary, with the conditions under it."""
     capped = report["conditions"]["settings"]["memory_cap"]
     kind = "capped" if capped else "cold"
+    extra = " dataset / cap | tree's own memory |" if capped else ""
     lines = [
-        f"| format | readahead | warm img/s | {kind} img/s | {kind} / warm (rounds) | median | of ceiling |",
-        "|---|---:|---:|---:|---|---:|---:|",
+        f"| format | readahead | warm img/s | {kind} img/s | {kind} / warm (rounds) | median | of ceiling |"
+        + extra,
+        "|---|---:|---:|---:|---|---:|---:|" + ("---:|---:|" if capped else ""),
     ]
     for s in report["summary"]:
         ratios = ", ".join(f"{r:.2f}" for r in s["ratios"])
+        cells = f" {s['bytes'] / capped:.1f}x | {s['tree_anonymous_bytes'] >> 20} MiB |" if capped else ""
         lines.append(
             f"| {s['format']} | {s['readahead'] >> 20} MiB | {s['warm']:.0f} | {s['cold']:.0f} | {ratios} | "
-            f"**{s['ratio']:.2f}** | {s['of_ceiling']:.2f} |"
+            f"**{s['ratio']:.2f}** | {s['of_ceiling']:.2f} |{cells}"
         )
     c = report["conditions"]
     st = c["settings"]

@@ -200,6 +200,17 @@ class MemoryCap:
         except (OSError, ValueError):
             return None
 
+    def anonymous(self) -> int | None:
+        """The cgroup's anonymous memory now: its processes' own heaps and stacks, no page cache
+        (v1 ``memory.stat`` ``total_rss``, v2 ``anon``)."""
+        key = "total_rss" if self.version == "1" else "anon"
+        try:
+            lines = (self.path / "memory.stat").read_text().splitlines()
+        except OSError:
+            return None
+        values = dict(line.split()[:2] for line in lines if line.count(" ") >= 1)
+        return int(values[key]) if key in values else None
+
     def events(self) -> str:
         """OOM kills seen in the cgroup (for the report)."""
         name = "memory.oom_control" if self.version == "1" else "memory.events"

@@ -291,3 +291,28 @@ def test_pack_bench_cold_drops_the_pack_and_times_fresh_processes(packed, noise_
     assert row["images"] == 480 and row["hinted_bytes"] > 0 and row["ratio"] > 0
     bad = run_cli("bench", path, "--cold", "--readahead", "lots")
     assert bad.returncode != 0 and "--readahead" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.root
+def test_pack_bench_memory_cap_reports_the_reading_trees_own_memory(packed, noise_folder, tmp_path):
+    """--memory-cap runs the cold epoch in a memory cgroup and says how much of it the reading
+    processes needed for themselves (anonymous memory, sampled from the cgroup), beside the cap."""
+    import json
+    import shutil
+
+    from tests.conftest import run_cli
+
+    path = tmp_path / "ds"
+    shutil.copytree(packed("lmdb", src=noise_folder), path)
+    out = tmp_path / "capped.json"
+    args = ["bench", path, "--memory-cap", "400M", "--records-only", "--rounds", "1", "--readahead", "16M"]
+    args += ["-q", "--workers", "0", "--batch-size", "8", "--crop", "64", "--json", str(out)]
+    done = run_cli(*args, check=True)
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["cap_bytes"] == 400 << 20 and row["images"] == 480
+    # a Python process with torch imported holds tens of MiB of its own, and the cap bounds it
+    assert 20 << 20 < row["cap_peak_anonymous_bytes"] <= row["cap_bytes"]
+    (summary,) = json.loads(out.read_text())["summary"]
+    assert summary["tree_anonymous_bytes"] == row["cap_peak_anonymous_bytes"]
+    own = f"{row['cap_peak_anonymous_bytes'] >> 20} MiB"
+    assert "tree's own memory" in done.stdout and own in done.stdout
