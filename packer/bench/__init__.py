@@ -8,6 +8,7 @@ suites, packer/cli.py, scripts/ and docs use them):
   and first-batch timer, ``code_env`` for children); import-light, so a peer's interpreter can use it;
 - ``model``: settings, targets, one run, the report;
 - ``baseline``: the image folder read like torchvision's ImageFolder (Pillow, on the fly);
+- ``peers``: the peers' loaders as every suite reads them (webdataset);
 - ``contenders``: what ``pack bench`` reads and how (batch, per-sample, baseline, DALI);
 - ``run``: ``run_bench``, one fresh process per (dataset, worker count);
 - ``cold_epoch``: one uncached epoch in a fresh process (``pack bench --cold``, run with ``-m``);

@@ -40,16 +40,24 @@ class ColdSettings:
     crop: int = 224
     drop_caches: bool = False
     memory_cap: int | None = None
+    peers: tuple[str, ...] = ()  # read a tar dataset's shards with these too (webdataset)
     seed: int = 0
     timeout: float = 900
 
 
 def run_epoch(
-    path: str, settings: ColdSettings, readahead: int, epoch: int, cap: MemoryCap | None = None
+    path: str,
+    settings: ColdSettings,
+    readahead: int,
+    epoch: int,
+    cap: MemoryCap | None = None,
+    peer: str = "",
 ) -> dict:
-    """One epoch of ``path`` in a fresh process (in ``cap``'s cgroup if given): its figures."""
+    """One epoch of ``path`` in a fresh process (in ``cap``'s cgroup if given), by imgpack or by
+    ``peer``: its figures."""
     args = {
         "path": path,
+        "peer": peer,
         "workers": settings.workers,
         "batch_size": settings.batch_size,
         "readahead": readahead,
@@ -133,11 +141,13 @@ def run_cold(datasets: list[str], settings: ColdSettings, log: Callable[[str], N
         cap = None
         if settings.memory_cap is not None:
             cap = MemoryCap(settings.memory_cap)
+        readers = [("", r) for r in settings.readahead]
+        readers += [(peer, 0) for peer in settings.peers if manifest.format == "tar"]
         try:
             for rnd in range(settings.rounds):
-                order = settings.readahead if rnd % 2 == 0 else tuple(reversed(settings.readahead))
-                for readahead in order:
-                    rows.append(_one_round(path, manifest.format, size, settings, readahead, rnd, cap, say))
+                for peer, readahead in readers if rnd % 2 == 0 else readers[::-1]:
+                    fmt = f"{peer} ({manifest.format})" if peer else manifest.format
+                    rows.append(_one_round(path, fmt, size, settings, readahead, rnd, cap, say, peer))
         finally:
             if cap is not None:
                 cap.remove()
@@ -153,16 +163,17 @@ def _one_round(
     rnd: int,
     cap: MemoryCap | None,
     say: Callable[[str], None],
+    peer: str = "",
 ) -> dict:
-    run_epoch(path, settings, readahead, rnd)  # fills the cache
+    run_epoch(path, settings, readahead, rnd, peer=peer)  # fills the cache
     resident_warm = dataset_resident(path)
-    warm = run_epoch(path, settings, readahead, rnd)
+    warm = run_epoch(path, settings, readahead, rnd, peer=peer)
     if settings.drop_caches:
         drop_all_caches()
     else:
         evict(path)
     resident_cold = dataset_resident(path)
-    cold = run_epoch(path, settings, readahead, rnd, cap)
+    cold = run_epoch(path, settings, readahead, rnd, cap, peer)
     row = {
         "dataset": path,
         "format": fmt,
@@ -175,6 +186,7 @@ def _one_round(
         "resident_before_warm": resident_warm,
         "resident_before_cold": resident_cold,
         "hinted_bytes": cold["hinted_bytes"],
+        "peer": peer,
         "cold_peak_rss_bytes": cold["peak_rss_bytes"],
         "images": cold["images"],
     }
@@ -182,7 +194,8 @@ def _one_round(
         row["cap_bytes"], row["cap_peak_bytes"] = cap.limit, cap.peak()
         row["cap_peak_anonymous_bytes"] = cold["peak_anonymous_bytes"]
     say(
-        f"{path} round {rnd} readahead {readahead}: warm {row['warm']:.0f} img/s, "
+        f"{path}{' by ' + peer if peer else ''} round {rnd} readahead {readahead}: "
+        f"warm {row['warm']:.0f} img/s, "
         f"{'capped' if cap else 'cold'} {row['cold']:.0f} img/s, ratio {row['ratio']:.2f} "
         f"(cached before warm {resident_warm:.2f}, before cold {resident_cold:.2f})"
     )
@@ -193,9 +206,10 @@ def summarize(rows: list[dict], conditions: dict) -> list[dict]:
     """Per (dataset, read-ahead): the rounds' ratios, their median, the median rates and, against
     the disk, the ceiling ``min(warm rate, disk rate / bytes per image)``."""
     out = []
-    keys = dict.fromkeys((r["dataset"], r["readahead"]) for r in rows)
-    for dataset, readahead in keys:
-        mine = [r for r in rows if r["dataset"] == dataset and r["readahead"] == readahead]
+    keys = dict.fromkeys((r["dataset"], r.get("peer", ""), r["readahead"]) for r in rows)
+    for dataset, peer, readahead in keys:
+        key = (dataset, peer, readahead)
+        mine = [r for r in rows if (r["dataset"], r.get("peer", ""), r["readahead"]) == key]
         warm = statistics.median(r["warm"] for r in mine)
         per_image = mine[0]["bytes"] / max(1, mine[0]["images"])
         ceiling = min(warm, conditions["disk_bytes_per_s"] / per_image)
@@ -204,6 +218,7 @@ def summarize(rows: list[dict], conditions: dict) -> list[dict]:
             {
                 "dataset": dataset,
                 "format": mine[0]["format"],
+                "peer": peer,
                 "readahead": readahead,
                 "ratios": [round(r["ratio"], 2) for r in mine],
                 "ratio": statistics.median(r["ratio"] for r in mine),
@@ -229,9 +244,10 @@ def format_cold(report: dict) -> str:
     ]
     for s in report["summary"]:
         ratios = ", ".join(f"{r:.2f}" for r in s["ratios"])
+        ahead = "its own" if s.get("peer") else f"{s['readahead'] >> 20} MiB"
         cells = f" {s['bytes'] / capped:.1f}x | {s['tree_anonymous_bytes'] >> 20} MiB |" if capped else ""
         lines.append(
-            f"| {s['format']} | {s['readahead'] >> 20} MiB | {s['warm']:.0f} | {s['cold']:.0f} | {ratios} | "
+            f"| {s['format']} | {ahead} | {s['warm']:.0f} | {s['cold']:.0f} | {ratios} | "
             f"**{s['ratio']:.2f}** | {s['of_ceiling']:.2f} |{cells}"
         )
     c = report["conditions"]
@@ -261,6 +277,7 @@ def cold_command(
     json_path: str | None,
     quiet: bool,
     readahead: str = "0,16M",
+    peers: tuple[str, ...] = (),
 ) -> None:
     """``pack bench --cold`` / ``--memory-cap``: run, print the table, write the JSON."""
     import click
@@ -272,6 +289,10 @@ def cold_command(
             raise click.BadParameter(
                 f"{path}: --cold and --memory-cap read local packed datasets (a directory)"
             )
+    if peers and records_only:
+        raise click.BadParameter("a peer decodes what it reads: drop --records-only", param_hint="--peer")
+    if peers and not any(read_manifest(path).format == "tar" for path in datasets):
+        raise click.BadParameter("the peers read tar shards: name a tar dataset too", param_hint="--peer")
     cap = parse_bytes(memory_cap, "--memory-cap") if memory_cap else None
     try:
         budgets = tuple(
@@ -281,7 +302,7 @@ def cold_command(
         raise click.BadParameter(str(exc), param_hint="--readahead") from None
     settings = ColdSettings(
         workers=workers[-1], batch_size=batch_size, rounds=rounds, records_only=records_only, crop=crop,
-        drop_caches=drop_caches, memory_cap=cap, seed=seed, readahead=budgets or (0,),
+        drop_caches=drop_caches, memory_cap=cap, seed=seed, readahead=budgets or (0,), peers=peers,
     )  # fmt: skip
     log = None if quiet else (lambda message: click.echo(message, err=True))
     try:

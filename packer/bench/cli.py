@@ -111,6 +111,13 @@ def bench() -> None:
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True, help="--cold rounds.")
 @click.option("--readahead", default="0,16M", show_default=True, help="--cold: budgets to compare.")
 @click.option("--crop", type=click.IntRange(min=1), default=224, show_default=True, help="--cold crop.")
+@click.option(
+    "--peer",
+    "peers",
+    multiple=True,
+    type=click.Choice(["webdataset"]),
+    help="--cold: also read each tar dataset's shards with this library, under the same conditions.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def compare(
     datasets: tuple[str, ...],
@@ -134,6 +141,7 @@ def compare(
     rounds: int,
     readahead: str,
     crop: int,
+    peers: tuple[str, ...],
     quiet: bool,
 ) -> None:
     """Measure how fast DATASET... load in PyTorch: images/s, MB/s, first batch, memory, random reads.
@@ -163,7 +171,7 @@ def compare(
         from packer.bench._cold import cold_command
 
         cold_command(list(datasets), workers, batch_size, memory_cap, records_only, drop_caches, rounds, crop,
-                     seed, json_path, quiet, readahead)  # fmt: skip
+                     seed, json_path, quiet, readahead, peers)  # fmt: skip
         return
     settings = Settings(workers, batch_size, epochs, decode, random_reads, seed, augment, augment_size)
     log = None if quiet else (lambda message: click.echo(message, err=True))

@@ -4,6 +4,7 @@
 ``make_loader`` and prints ``{"images", "bytes", "seconds", "hinted_bytes"}`` as JSON. A fresh
 process per epoch: pages a live process has mapped (LMDB's map) are not dropped from the cache.
 
+``peer="webdataset"``: the dataset's tar shards read by webdataset (``packer.bench.peers``) instead.
 ``records_only``: the records are read (by the same stream, order and read-ahead) but not
 decoded, which isolates the I/O; else whole batches are decoded and centre-cropped to ``crop``.
 """
@@ -14,11 +15,13 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from packer.bench.peers import webdataset_loader
 from readers import make_loader, open_iterable
 from readers.datasets.iterable import PackedIterable
 from readers.store.record import Record
@@ -47,12 +50,20 @@ def measure(settings: dict[str, Any]) -> dict[str, Any]:
         "readahead": settings.get("readahead"),
         "crop": settings.get("crop", 224),  # a batch holds one size (records only: not applied)
     }
-    if settings.get("records_only"):
-        stream: PackedIterable = RecordsOnly(settings["path"], **options)
+    loader: Any
+    if settings.get("peer") == "webdataset":  # the same tar shards, read by webdataset itself
+        shards = sorted(str(p) for p in Path(settings["path"]).glob("*.tar"))
+        loader = webdataset_loader(shards, settings.get("workers", 2), options["batch_size"], options["crop"])
+    elif settings.get("peer"):
+        raise SystemExit(f"cold_epoch: unknown peer {settings['peer']!r} (webdataset)")
     else:
-        stream = open_iterable(settings["path"], **options)
-    stream.set_epoch(settings.get("epoch", 0))
-    loader = make_loader(stream, num_workers=settings.get("workers", 2))
+        stream: PackedIterable
+        if settings.get("records_only"):
+            stream = RecordsOnly(settings["path"], **options)
+        else:
+            stream = open_iterable(settings["path"], **options)
+        stream.set_epoch(settings.get("epoch", 0))
+        loader = make_loader(stream, num_workers=settings.get("workers", 2))
     images = nbytes = 0
     hinted: dict[int, int] = {}
     for k, batch in enumerate(loader):

@@ -27,6 +27,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from packer.bench.peers import webdataset_loader
+
 BUCKET = "bench"
 CROP = 224
 BATCH = 64
@@ -66,34 +68,6 @@ def imgpack_loader(
         remote["cache_dir"] = cache_dir
     it = open_iterable(path, batch_size=BATCH, crop=CROP, seed=0, **remote)
     return make_loader(it, num_workers=workers)
-
-
-def webdataset_loader(urls: list[str], workers: int) -> Any:
-    """webdataset as its docs stream shards: (presigned) URLs through curl, shard shuffle, a sample shuffle
-    buffer, simplejpeg decode and centre crop, whole batches made in the workers."""
-    import numpy as np
-    import simplejpeg
-    import torch
-    import webdataset as wds
-
-    def sample(s: dict[str, Any]) -> tuple[np.ndarray, int]:
-        image = simplejpeg.decode_jpeg(s["jpg"])
-        h, w = image.shape[:2]
-        top, left = (h - CROP) // 2, (w - CROP) // 2
-        return image[top : top + CROP, left : left + CROP], int(s["cls"])
-
-    def to_torch(batch: Any) -> Any:
-        images, labels = batch
-        return torch.from_numpy(images).permute(0, 3, 1, 2), torch.from_numpy(labels)
-
-    dataset = (
-        wds.WebDataset(urls, shardshuffle=len(urls), seed=0, empty_check=False, nodesplitter=None)
-        .shuffle(1000)
-        .map(sample)
-        .batched(BATCH, partial=True)
-        .map(to_torch)
-    )
-    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
 
 
 def ceiling(fs: Any, paths: list[str], images: int) -> tuple[int, float]:
@@ -142,7 +116,7 @@ def contenders(
         "imgpack remote, cache_dir first epoch": first_cached,
         "imgpack remote, read-ahead off": off,
         "webdataset remote": lambda: timed_epoch(
-            webdataset_loader([fs.url(p, expires=3600) for p in shards], workers)
+            webdataset_loader([fs.url(p, expires=3600) for p in shards], workers, BATCH, CROP)
         ),
         "imgpack local warm": lambda: timed_epoch(imgpack_loader(str(local), workers, None)),
         "server ceiling (whole GETs)": lambda: ceiling(fs, shards, manifest.num_samples),

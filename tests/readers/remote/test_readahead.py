@@ -316,3 +316,26 @@ def test_pack_bench_memory_cap_reports_the_reading_trees_own_memory(packed, nois
     assert summary["tree_anonymous_bytes"] == row["cap_peak_anonymous_bytes"]
     own = f"{row['cap_peak_anonymous_bytes'] >> 20} MiB"
     assert "tree's own memory" in done.stdout and own in done.stdout
+
+
+def test_pack_bench_cold_reads_the_tar_shards_by_webdataset_beside_imgpack(packed, noise_folder, tmp_path):
+    """--peer webdataset: the same shards, the same conditions (a fresh process per epoch, the
+    pack dropped from the cache before the cold one), webdataset's own reader and decoder."""
+    import json
+    import shutil
+
+    from tests.conftest import run_cli
+
+    path = tmp_path / "ds"
+    shutil.copytree(packed("tar", src=noise_folder), path)
+    out = tmp_path / "cold.json"
+    args = ["bench", path, "--cold", "--peer", "webdataset", "--rounds", "1", "--readahead", "16M", "-q"]
+    done = run_cli(*args, "--workers", "0", "--batch-size", "8", "--crop", "32", "--json", out, check=True)
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted(r["peer"] for r in rows) == ["", "webdataset"]
+    assert all(r["images"] == 480 and r["resident_before_cold"] <= 0.01 for r in rows)
+    assert "| webdataset (tar) | its own |" in done.stdout and "| tar | 16 MiB |" in done.stdout
+    for wrong in (["--records-only"], []):
+        target = path if wrong else packed("lmdb", src=noise_folder)
+        bad = run_cli("bench", target, "--cold", "--peer", "webdataset", *wrong)
+        assert bad.returncode != 0 and "--peer" in bad.stderr and "Traceback" not in bad.stderr
