@@ -206,10 +206,10 @@ def summarize(rows: list[dict], conditions: dict) -> list[dict]:
     """Per (dataset, read-ahead): the rounds' ratios, their median, the median rates and, against
     the disk, the ceiling ``min(warm rate, disk rate / bytes per image)``."""
     out = []
-    keys = dict.fromkeys((r["dataset"], r.get("peer", ""), r["readahead"]) for r in rows)
+    keys = dict.fromkeys((r["dataset"], r["peer"], r["readahead"]) for r in rows)
     for dataset, peer, readahead in keys:
         key = (dataset, peer, readahead)
-        mine = [r for r in rows if (r["dataset"], r.get("peer", ""), r["readahead"]) == key]
+        mine = [r for r in rows if (r["dataset"], r["peer"], r["readahead"]) == key]
         warm = statistics.median(r["warm"] for r in mine)
         per_image = mine[0]["bytes"] / max(1, mine[0]["images"])
         ceiling = min(warm, conditions["disk_bytes_per_s"] / per_image)
@@ -244,7 +244,7 @@ def format_cold(report: dict) -> str:
     ]
     for s in report["summary"]:
         ratios = ", ".join(f"{r:.2f}" for r in s["ratios"])
-        ahead = "its own" if s.get("peer") else f"{s['readahead'] >> 20} MiB"
+        ahead = "its own" if s["peer"] else f"{s['readahead'] >> 20} MiB"
         cells = f" {s['bytes'] / capped:.1f}x | {s['tree_anonymous_bytes'] >> 20} MiB |" if capped else ""
         lines.append(
             f"| {s['format']} | {ahead} | {s['warm']:.0f} | {s['cold']:.0f} | {ratios} | "
