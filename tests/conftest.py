@@ -21,6 +21,7 @@ SAMPLE_DATA = REPO / "sample_data"
 _RAY_WORD = re.compile(r"(^|[_/\[-])ray([_.\]-]|$)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group to name the group
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the moto S3 server is a ``remote`` test (``pytest -m "not remote"``).
     Tests that start Ray share one xdist worker (``make test`` runs two): ``ray stop --force``
