@@ -17,12 +17,14 @@ from contextlib import contextmanager
 
 
 class DelayProxy:
-    """Forwards 127.0.0.1:``port`` to ``target``, each request delayed; counts the requests."""
+    """Forwards 127.0.0.1:``port`` to ``target``, each request delayed; counts the requests and
+    the bytes the server sent back (``served_bytes``: headers included)."""
 
     def __init__(self, target: tuple[str, int], delay: float):
         self.target = target
         self.delay = delay
         self.requests = 0
+        self.served_bytes = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.stop = threading.Event()
@@ -66,6 +68,8 @@ class DelayProxy:
                         server.sendall(data)
                     else:
                         answered = True
+                        with self.lock:
+                            self.served_bytes += len(data)
                         client.sendall(data)
 
     def close(self) -> None:

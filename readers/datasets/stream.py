@@ -18,6 +18,7 @@ so every worker count, persistent workers included, reads the same epochs.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +44,10 @@ class EpochStream(EpochCursor, IterableDataset):
         # "nothing read yet" from "read in workers, which it cannot see".
         self._worker_yields = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._running = False  # a pass is being iterated in this process
+        self._pass_start: ResumePoint | None = None  # where the running pass started
+        # Names this stream's spools (readers/remote/_spool.py) in every copy of it, workers' too:
+        # a pass that opens one removes those earlier passes of the same stream left behind.
+        self.spool_tag = os.urandom(4).hex()
 
     def set_loader_batch_size(self, loader_batch_size: int | None) -> None:
         """The DataLoader's batch size on the per-sample path (workers take turns by that many)."""
@@ -141,16 +146,34 @@ class EpochStream(EpochCursor, IterableDataset):
         skip = start.worker_skip(worker, workers)
         self._pass = Pass(epoch, ResumePoint(epoch, start.position, start.offset), worker, workers, skip)
         positions = self._positions(epoch, start.position)
-        spans = trimmed(worker_chunks(len(positions), self.order.unit, worker, workers, False), start.offset)
-        if skip:
-            spans = trimmed(spans, skip, relative=True)
+        self._pass_start = start
         if info is not None:
             self._worker_yields.fill_(1)
-        # Read a worker's next few chunks together, so per-sample chunks still read in blocks.
+        groups = self.worker_groups(len(positions), start.offset, worker, workers, skip)
+        yield from self._emit_pass(positions, groups)
+
+    def rank_groups(self, num_positions: int) -> list[list[list[tuple[int, int]]]] | None:
+        """The groups of every DataLoader worker of this rank in the running pass (what each worker's
+        ``_emit_pass`` is handed), or None where a worker resumes with progress of its own, which
+        only that worker knows."""
+        start, running = self._pass_start, self._pass
+        if start is None or running is None or start.worker_progress is not None:
+            return None
+        workers = running.num_workers
+        return [self.worker_groups(num_positions, start.offset, w, workers) for w in range(workers)]
+
+    def worker_groups(
+        self, num_positions: int, offset: int, worker: int, workers: int, skip: int = 0
+    ) -> list[list[tuple[int, int]]]:
+        """The groups of spans ``worker`` of ``workers`` emits in a pass over ``num_positions``
+        positions that starts ``offset`` samples in, having produced ``skip`` of its own already.
+        A worker's next few chunks are read together, so per-sample chunks still read in blocks."""
+        spans = trimmed(worker_chunks(num_positions, self.order.unit, worker, workers, False), offset)
+        if skip:
+            spans = trimmed(spans, skip, relative=True)
         size = max(1, self.order.block_size // self.order.unit)
         listed = list(spans)
-        groups = [listed[i : i + size] for i in range(0, len(listed), size)]
-        yield from self._emit_pass(positions, groups)
+        return [listed[i : i + size] for i in range(0, len(listed), size)]
 
     def _emit_pass(self, positions: np.ndarray, groups: list[list[tuple[int, int]]]) -> Iterator[Any]:
         """Emit a pass's ``groups`` of spans in turn. The whole pass is known before its first
@@ -172,5 +195,3 @@ def trimmed(spans: Iterator[tuple[int, int]], skip: int, relative: bool = False)
             skip -= cut - a
         if cut < b:
             yield cut, b
-
-

@@ -299,8 +299,9 @@ class ViewReader(FormatReader):
     def extents(self, indices: np.ndarray) -> Any:
         return self.parent.extents(self.parent_indices(indices))
 
-    def fetch_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
-        return self.parent.fetch_ahead([self.parent_indices(p) for p in planned], settings)
+    def fetch_ahead(self, planned: list[np.ndarray], settings: Any, rank: Any = None) -> Any:
+        parent_rank = None if rank is None else rank.mapped(self.parent_indices)
+        return self.parent.fetch_ahead([self.parent_indices(p) for p in planned], settings, parent_rank)
 
     def stored_labels(self) -> np.ndarray | None:
         stored = self.parent.stored_labels()

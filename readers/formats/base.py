@@ -186,7 +186,6 @@ class FormatReader(PartFiles):
         self.check_labels(table[:, 0], where)
         return np.repeat(table[:, 0], table[:, 1])
 
-
     def check_index(self, index: int) -> int:
         index = int(index)
         n = len(self)
@@ -227,10 +226,12 @@ class FormatReader(PartFiles):
         stops = unique[np.concatenate([cuts - 1, [unique.size - 1]])] + 1
         return list(zip(starts.tolist(), stops.tolist()))
 
-    def fetch_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
+    def fetch_ahead(self, planned: list[np.ndarray], settings: Any, rank: Any = None) -> Any:
         """A context in which reads ``read_many(planned[0])``, ``read_many(planned[1])``... may be
         served from data fetched ahead (remote datasets; readers/remote/remote_ahead.py). Through a
-        ``cache_dir``: the parts downloaded ahead, in the order ``planned`` first needs them."""
+        ``cache_dir``: the parts downloaded ahead, in the order ``planned`` first needs them.
+        ``rank``: what every DataLoader worker of the rank reads (a ``RankPlan``), so that ranged
+        reads fetched by one are shared with the others."""
         from contextlib import nullcontext
 
         from readers.remote import remote_ahead
@@ -238,13 +239,11 @@ class FormatReader(PartFiles):
         if self.parts is None or not self.manifest.shards:
             return nullcontext()
         if self.cache_dir is None:
-            return self.fetch_ranges_ahead(planned, settings)
+            return self.fetch_ranges_ahead(planned, settings, rank)
         return remote_ahead.parts_ahead(self, remote_ahead.part_order(self, planned), settings)
 
-    def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
+    def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any, rank: Any = None) -> Any:
         """Ranged reads planned ahead, for formats that read remote parts by ranges (tar)."""
         from contextlib import nullcontext
 
         return nullcontext()
-
-

@@ -22,6 +22,8 @@ read that waits on it, never an endless wait. Nothing here changes what is read,
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import threading
 from collections import deque
@@ -111,18 +113,12 @@ def plan_requests(reads: Sequence[Range], settings: AheadSettings) -> tuple[list
     """(requests in the order the pass first needs them, the request serving each read).
 
     ``reads`` are the byte ranges the consumer will ask for, in its order. They are cut into
-    stretches of a quarter of the byte budget; inside one, ranges of a shard closer than the merge
-    gap become one request of at most ``request_bytes`` (a single bigger range is its own request).
+    stretches (``stretches``); inside one, ranges of a shard closer than the merge gap become one
+    request of at most ``request_bytes`` (a single bigger range is its own request).
     """
-    stretch = max(1, settings.ahead_bytes // 4)
     requests: list[Request] = []
     serving = [0] * len(reads)
-    first = 0
-    while first < len(reads):
-        last, total = first, 0
-        while last < len(reads) and (last == first or total + reads[last][2] - reads[last][1] <= stretch):
-            total += reads[last][2] - reads[last][1]
-            last += 1
+    for first, last in stretches(reads, settings):
         merged = _merge(reads, range(first, last), settings)
         merged.sort(key=lambda pair: min(pair[1]))  # by first need
         for request, members in merged:
@@ -130,8 +126,55 @@ def plan_requests(reads: Sequence[Range], settings: AheadSettings) -> tuple[list
                 serving[k] = len(requests)
             request.uses = len(members)
             requests.append(request)
-        first = last
     return requests, serving
+
+
+def stretches(reads: Sequence[Range], settings: AheadSettings) -> list[tuple[int, int]]:
+    """The reads cut into runs ``[first, last)`` of a quarter to the whole of the byte budget,
+    each cut where the fewest bytes are needed on both sides of it.
+
+    Ranges merged into one request must be needed at about the same time, or the request is held
+    (or fetched twice) across everything between. A shuffled order reads a shuffle window's blocks
+    all through the window, and a window's blocks are read by no other: cutting where a window
+    ends, as this does whenever a whole window fits between the bounds, fetches each block once.
+    "Needed on both sides" is measured on cells of the merge gap: a cell's bytes count from its
+    first read to its last."""
+    n = len(reads)
+    if n == 0:
+        return []
+    table = np.asarray(reads, dtype=np.int64).reshape(n, 3)
+    sizes = table[:, 2] - table[:, 1]
+    total = np.concatenate([[0], np.cumsum(sizes)])
+    gap = max(1, settings.merge_gap)
+    _, cell = np.unique(table[:, 0] * (1 << 40) + table[:, 1] // gap, return_inverse=True)
+    cell = cell.ravel()
+    k = np.arange(n)
+    first = np.full(cell.max() + 1, n, dtype=np.int64)
+    last = np.zeros_like(first)
+    low = np.full_like(first, np.iinfo(np.int64).max)
+    high = np.zeros_like(first)
+    np.minimum.at(first, cell, k)
+    np.maximum.at(last, cell, k)
+    np.minimum.at(low, cell, table[:, 1])
+    np.maximum.at(high, cell, table[:, 2])
+    # crossing[b]: bytes of cells read both before read b and from it on
+    delta = np.zeros(n + 2, dtype=np.int64)
+    np.add.at(delta, first + 1, high - low)
+    np.add.at(delta, last + 1, low - high)
+    crossing = np.cumsum(delta)
+    shortest, longest = max(1, settings.ahead_bytes // 4), max(1, settings.ahead_bytes)
+    out, start = [], 0
+    while start < n:
+        if total[n] - total[start] <= longest:
+            out.append((start, n))
+            break
+        lo = max(start + 1, int(np.searchsorted(total, total[start] + shortest)))
+        hi = max(lo, int(np.searchsorted(total, total[start] + longest, side="right")) - 1)
+        window = crossing[lo : hi + 1]
+        cut = hi - int(np.argmin(window[::-1]))  # the latest of the least-crossed boundaries
+        out.append((start, cut))
+        start = cut
+    return out
 
 
 def _merge(reads: Sequence[Range], which: range, settings: AheadSettings) -> list[tuple[Request, list[int]]]:
@@ -151,7 +194,11 @@ def _merge(reads: Sequence[Range], which: range, settings: AheadSettings) -> lis
 
 # -- fetching -----------------------------------------------------------------------------------
 class RangeFetcher:
-    """Planned byte ranges fetched ahead on helper threads; ``take`` serves them in the planned order."""
+    """Planned byte ranges fetched ahead on helper threads; ``take`` serves them in the planned order.
+
+    ``reads`` are the planned reads; with ``owners`` (the worker making each read) they are the
+    whole rank's and this process serves only those of worker ``me``; ``share(requests, serving)``
+    gives the spool the rank's workers share (each request fetched by one of them), or None."""
 
     def __init__(
         self,
@@ -159,21 +206,32 @@ class RangeFetcher:
         fetch: Callable[[int, int, int], bytes],
         settings: AheadSettings,
         where: Callable[[int], str] = str,
+        owners: np.ndarray | None = None,
+        me: int = 0,
+        share: Callable[[list[Request], list[int]], Any] | None = None,
     ):
         self.fetch = fetch
         self.where = where  # a shard's URL, for errors
         self.settings = settings
-        self.requests, self.serving = plan_requests(reads, settings)
-        self.planned_bytes = sum(end - start for _, start, end in reads)
+        self.requests, serving = plan_requests(reads, settings)
+        mine = np.arange(len(reads)) if owners is None else np.flatnonzero(np.asarray(owners) == me)
+        self.serving = [serving[k] for k in mine.tolist()]  # of this process's reads, in order
+        for request in self.requests:
+            request.uses = 0
+        for index in self.serving:
+            self.requests[index].uses += 1
+        self.needed = sorted(set(self.serving))  # the requests this process reads from
+        self.spool = None if share is None else share(self.requests, serving)
+        self.planned_bytes = sum(reads[k][2] - reads[k][1] for k in mine.tolist())
         self.waiting: dict[Range, deque[int]] = {}
-        for k, read in enumerate(reads):
-            self.waiting.setdefault(tuple(read), deque()).append(k)  # type: ignore[arg-type]
+        for j, k in enumerate(mine.tolist()):
+            self.waiting.setdefault(tuple(reads[k]), deque()).append(j)  # type: ignore[arg-type]
         self.next_read = 0  # planned reads before it are served or passed over
-        self.done = bytearray(len(reads))  # 1: served, or passed over (then read directly if asked)
+        self.done = bytearray(len(self.serving))  # 1: served, or passed over (then read directly if asked)
         self.next_submit = 0
         self.held = 0  # bytes of requests submitted and not yet dropped
         self.peak = 0
-        self.fetched_bytes = 0
+        self.fetched_bytes = 0  # fetched from the server by this process
         self.in_flight = 0
         self.lock = threading.RLock()  # a fetch done at once runs its callback in the submitting thread
         self.pool = ThreadPoolExecutor(max(1, settings.requests), thread_name_prefix="imgpack-ahead")
@@ -196,11 +254,25 @@ class RangeFetcher:
                     break
                 self.held += request.size
                 self.in_flight += 1
-                self.fetched_bytes += request.size
                 self.peak = max(self.peak, self.held)
                 self.next_submit += 1
-                request.future = self.pool.submit(self.fetch, request.shard, request.start, request.end)
+                request.future = self.pool.submit(self._obtain, index)
                 request.future.add_done_callback(self._done)
+
+    def _obtain(self, index: int) -> Any:
+        """Request ``index``'s bytes: from the server, or through the spool (fetched by whichever
+        worker of the rank claims it first)."""
+        request = self.requests[index]
+
+        def fetch() -> bytes:
+            data = self.fetch(request.shard, request.start, request.end)
+            with self.lock:
+                self.fetched_bytes += len(data)
+            return data
+
+        if self.spool is None:
+            return fetch()
+        return self.spool.obtain(index, fetch, call_bound() * 2, self.where(request.shard))
 
     def _done(self, _: Future) -> None:
         with self.lock:
@@ -243,14 +315,19 @@ class RangeFetcher:
     def _used(self, index: int) -> None:
         request = self.requests[index]
         request.uses -= 1
-        if request.uses == 0 and request.future is not None:
-            self.held -= request.size
-            request.future = None  # its buffer goes with the last reference
+        if request.uses == 0:
+            if request.future is not None:
+                self.held -= request.size
+                request.future = None  # its buffer goes with the last reference
+            if self.spool is not None:
+                self.spool.done_with(index)
 
     def close(self) -> None:
         with self.lock:
             self.closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)  # a stalled fetch ends by its own bound
+        if self.spool is not None and self.pid == os.getpid():
+            self.spool.close(self.needed)
 
 
 class PartFetcher:
@@ -302,33 +379,63 @@ def parts_ahead(reader: Any, shards: Sequence[int], settings: AheadSettings) -> 
 
 
 @contextmanager
-def ranges_ahead(reader: Any, planned: list[np.ndarray], settings: AheadSettings) -> Iterator[None]:
+def ranges_ahead(
+    reader: Any, planned: list[np.ndarray], settings: AheadSettings, rank: RankPlan | None = None
+) -> Iterator[None]:
     """While it lasts, the byte ranges of ``reader.read_many(planned[i])`` are fetched ahead and
     ``reader.ahead`` serves them. ``reader``: ``handle(position)`` opens a shard (``read(offset,
-    length)``), ``byte_range(handle, a, b)`` is where local records [a, b) of a shard lie."""
+    length)``), ``byte_range(handle, a, b)`` is where local records [a, b) of a shard lie. With a
+    ``rank`` plan the rank's DataLoader workers share what they fetch through a spool."""
     if reader.ahead is not None and reader.ahead.pid == os.getpid():  # a second pass at once here: direct
         yield
         return
-    shards = part_order(reader, planned)
+    groups = planned if rank is None else rank.planned
+    shards = part_order(reader, groups)
     with ThreadPoolExecutor(max(1, min(settings.requests, len(shards))), "imgpack-open") as pool:
         list(pool.map(reader.handle, shards))  # each shard's index: one request each, in parallel
-    reads = [
-        (position, *reader.byte_range(reader.handle(position), a, b))
-        for indices in planned
-        for position, a, b in shard_runs(reader, indices)
-    ]
+    reads, owners = [], []
+    for g, indices in enumerate(groups):
+        for position, a, b in shard_runs(reader, indices):
+            reads.append((position, *reader.byte_range(reader.handle(position), a, b)))
+            owners.append(0 if rank is None else int(rank.workers[g]))
 
     def fetch(position: int, start: int, end: int) -> bytes:
         return reader.handle(position).read(start, end - start)
 
     entries = reader.manifest.shards
-    fetcher = RangeFetcher(reads, fetch, settings, lambda position: reader.location(entries[position].file))
+    share = None
+    if rank is not None:
+        share = lambda requests, serving: rank_spool(reader, requests, serving, owners, rank)  # noqa: E731
+    fetcher = RangeFetcher(
+        reads, fetch, settings, lambda position: reader.location(entries[position].file),
+        owners=None if rank is None else np.array(owners), me=0 if rank is None else rank.me, share=share,
+    )  # fmt: skip
     reader.ahead = fetcher
     try:
         yield
     finally:
         reader.ahead = None
         fetcher.close()
+
+
+def rank_spool(
+    reader: Any, requests: list[Request], serving: list[int], owners: list[int], rank: RankPlan
+) -> Any:
+    """The spool the rank's workers share for this pass (None where none can be made). Its name
+    is a digest of what is read (the dataset's parts and the rank's requests), so only workers
+    that planned the same pass of the same dataset meet in it."""
+    from readers.remote._spool import Spool, spool_root
+
+    pairs = np.unique(np.array([serving, owners], dtype=np.int64).reshape(2, -1), axis=1)
+    needers = np.bincount(pairs[0], minlength=len(requests))
+    dataset = hashlib.blake2b(digest_size=6)
+    dataset.update(str(reader.root).encode())
+    dataset.update("".join(s.sha256 or s.file for s in reader.manifest.shards).encode())
+    plan = hashlib.blake2b(digest_size=8)
+    plan.update(np.array([(r.shard, r.start, r.end) for r in requests], dtype=np.int64).tobytes())
+    plan.update(needers.tobytes())
+    stream = f"{rank.tag}-{dataset.hexdigest()}"
+    return Spool.open(spool_root(), rank.owner, stream, plan.hexdigest(), needers, rank.num_workers)
 
 
 # -- the pass -----------------------------------------------------------------------------------
@@ -344,9 +451,32 @@ def shard_runs(reader: Any, indices: np.ndarray) -> Iterator[tuple[int, int, int
             index = end
 
 
+@dataclass(frozen=True)
+class RankPlan:
+    """What every DataLoader worker of a rank reads in a pass: each group's sample indices in the
+    order the rank needs them (by position), the worker reading each, which worker this process
+    is, and the rank's main process (the owner of the spool its workers share)."""
+
+    planned: list[np.ndarray]
+    workers: np.ndarray
+    me: int
+    owner: int
+    num_workers: int
+    tag: str = ""  # the stream's (``EpochStream.spool_tag``)
+
+    def mine(self) -> list[np.ndarray]:
+        return [p for p, w in zip(self.planned, self.workers.tolist()) if w == self.me]
+
+    def mapped(self, to: Callable[[np.ndarray], np.ndarray]) -> RankPlan:
+        """The same plan with each group's indices mapped (a view's into its parent's)."""
+        return dataclasses.replace(self, planned=[to(p) for p in self.planned])
+
+
 @contextmanager
 def fetching_ahead(stream: Any, epoch: int, positions: np.ndarray, groups: list) -> Iterator[None]:
-    """While a pass of ``stream`` over ``groups`` runs: each remote reader it reads fetches ahead."""
+    """While a pass of ``stream`` over ``groups`` runs: each remote reader it reads fetches ahead.
+    With several DataLoader workers each plans the whole rank's reads, so that they share what
+    they fetch (``readers.remote._spool``)."""
     remote = [r for r, _ in stream.planned_reads(epoch, positions) if getattr(r, "parts", None) is not None]
     if not remote:
         yield
@@ -355,14 +485,27 @@ def fetching_ahead(stream: Any, epoch: int, positions: np.ndarray, groups: list)
     if not settings.enabled:
         yield
         return
-    plans: dict[int, tuple[Any, list[np.ndarray]]] = {id(r): (r, []) for r in remote}
-    for group in groups:
-        for reader, indices in stream.planned_reads(epoch, stream.group_positions(epoch, positions, group)):
-            if id(reader) in plans:
-                plans[id(reader)][1].append(indices)
+    running = stream._pass
+    everyone = stream.rank_groups(len(positions)) if running is not None and running.num_workers > 1 else None
+    me = running.worker if everyone is not None else 0
+    plans: dict[int, tuple[Any, list[tuple[int, int, np.ndarray]]]] = {id(r): (r, []) for r in remote}
+    for worker, worker_groups in enumerate(everyone or [groups]):
+        for group in worker_groups:
+            wanted = stream.group_positions(epoch, positions, group)
+            for reader, indices in stream.planned_reads(epoch, wanted):
+                if id(reader) in plans:
+                    plans[id(reader)][1].append((group[0][0], worker, indices))
     with ExitStack() as stack:
-        for reader, planned in plans.values():
-            stack.enter_context(reader.fetch_ahead(planned, settings))
+        for reader, entries in plans.values():
+            entries.sort(key=lambda entry: entry[0])  # the rank's order: by position
+            readers_of = np.array([e[1] for e in entries], dtype=np.int64)
+            members = len(everyone or [groups])
+            tag = getattr(stream, "spool_tag", "")
+            rank = RankPlan([e[2] for e in entries], readers_of, me, os.getppid(), members, tag)
+            if everyone is None:
+                stack.enter_context(reader.fetch_ahead(rank.planned, settings))
+            else:
+                stack.enter_context(reader.fetch_ahead(rank.mine(), settings, rank))
         yield
 
 

@@ -282,10 +282,10 @@ class TarReader(FormatReader):
         """Where the members of local records [a, b) of an open shard lie: [start, end)."""
         return int(opened.index.image_offset[a]), int(opened.index.end[b - 1])
 
-    def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any) -> Any:
+    def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any, rank: Any = None) -> Any:
         from readers.remote.remote_ahead import ranges_ahead
 
-        return ranges_ahead(self, planned, settings)
+        return ranges_ahead(self, planned, settings, rank)
 
     def extents(self, indices) -> list[Extent] | None:
         parts = open_parts(self, indices)

@@ -10,7 +10,7 @@ import pytest
 from packer.bench.delay_proxy import delayed
 from readers import make_loader, mix, open_iterable
 from readers.errors import OptionError
-from readers.remote.remote_ahead import AheadSettings, ahead_settings, parse_size, plan_requests
+from readers.remote.remote_ahead import AheadSettings, ahead_settings, parse_size, plan_requests, stretches
 from tests.support.s3server import BUCKET
 
 SPLIT = {"samples_per_shard": 10}
@@ -49,9 +49,47 @@ def test_plan_merges_near_ranges_of_one_stretch_and_covers_every_read():
     # 0..400 merged (gaps <= 100); 400..2000 would pass request_bytes; shard 1 and 5000.. apart
     assert spans == [(0, 0, 400), (1, 0, 50), (0, 5000, 5100), (0, 400, 2000)]  # by first need
     assert [r.uses for r in requests] == [3, 1, 1, 1]
-    tiny = AheadSettings(ahead_bytes=4 * 120, merge_gap=100, request_bytes=1000)  # stretches of 120 bytes
+    tiny = AheadSettings(ahead_bytes=4 * 60, merge_gap=100, request_bytes=1000)  # stretches of 60-240 bytes
     requests, _ = plan_requests(reads, tiny)
     assert (0, 0, 100) in [(r.shard, r.start, r.end) for r in requests]  # not merged across stretches
+
+
+def windowed_reads(windows: int, blocks: int, per_block: int, size: int, seed: int = 0) -> list:
+    """Sample reads of a shuffled order: blocks permuted, each window of ``blocks`` blocks shuffled."""
+    rng = np.random.default_rng(seed)
+    permuted = rng.permutation(windows * blocks)
+    order = []
+    for w in range(windows):
+        window = permuted[w * blocks : (w + 1) * blocks]
+        order += rng.permutation(
+            np.concatenate([np.arange(b * per_block, (b + 1) * per_block) for b in window])
+        ).tolist()
+    return [(0, i * size, (i + 1) * size) for i in order]
+
+
+@pytest.mark.parametrize("windows_per_budget", [1.5, 2.0, 3.7])
+def test_stretches_end_where_shuffle_windows_end_so_each_block_is_fetched_once(windows_per_budget):
+    per_window = 8 * 64 * 1000  # 8 blocks of 64 samples of 1,000 bytes
+    reads = windowed_reads(windows=9, blocks=8, per_block=64, size=1000)
+    settings = AheadSettings(
+        ahead_bytes=int(windows_per_budget * per_window), merge_gap=4000, request_bytes=64_000
+    )
+    cuts = stretches(reads, settings)
+    assert [b for _, b in cuts[:-1]] and all(b % (8 * 64) == 0 for _, b in cuts[:-1])  # on window ends
+    assert all(b - a <= settings.ahead_bytes // 1000 for a, b in cuts)
+    requests, serving = plan_requests(reads, settings)
+    assert sum(r.size for r in requests) == len(reads) * 1000  # every byte once
+    assert all(requests[k].start <= s and e <= requests[k].end for k, (_, s, e) in zip(serving, reads))
+
+
+def test_a_window_larger_than_the_budget_is_cut_inside_it_within_the_bounds():
+    reads = windowed_reads(windows=2, blocks=8, per_block=64, size=1000)
+    settings = AheadSettings(ahead_bytes=200_000, merge_gap=4000, request_bytes=64_000)
+    cuts = stretches(reads, settings)
+    assert len(cuts) > 4 and all(50 <= b - a <= 200 for a, b in cuts[:-1])  # a quarter to all of 200 kB
+    requests, _ = plan_requests(reads, settings)
+    held = sum(r.size for r in requests) / (len(reads) * 1000)
+    assert 1 < held < 4  # inside a window each stretch fetches the blocks it reads from: more than once
 
 
 def test_reads_passed_over_are_let_go_and_then_read_directly():
