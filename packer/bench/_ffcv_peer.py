@@ -148,7 +148,7 @@ def read_command(
     memory (``os_cache=False``, ``QUASI_RANDOM``), centre-cropped to ``crop``."""
     settings = {
         "beton": str(beton.path),
-        "workers": workers,
+        "workers": max(1, workers),  # --workers 0 reads in one process; FFCV's 0 would be every core
         "batch_size": batch_size,
         "crop": crop,
         "ratio": beton.ratio(crop),

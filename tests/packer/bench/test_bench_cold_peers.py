@@ -42,6 +42,8 @@ def test_ffcv_reads_the_beton_uncached_in_quasi_random_order(tmp_path):
     assert imgpack[:3] == [sys.executable, "-m", "packer.bench.cold_epoch"]
     with pytest.raises(BenchError, match="beton"):
         epoch_command("ds.lmdb", settings, 0, 2, peer="ffcv")
+    one = ColdSettings(workers=0)  # imgpack in its main process: FFCV on one thread, not every core
+    assert json.loads(epoch_command("ds.lmdb", one, 0, 0, peer="ffcv", beton=beton)[4])["workers"] == 1
 
 
 def test_the_beton_export_keeps_the_stored_bytes(packed, tmp_path):
