@@ -12,6 +12,8 @@ suites, packer/cli.py, scripts/ and docs use them):
 - ``contenders``: what ``pack bench`` reads and how (batch, per-sample, baseline, DALI);
 - ``run``: ``run_bench``, one fresh process per (dataset, worker count);
 - ``cold_epoch``: one uncached epoch in a fresh process (``pack bench --cold``, run with ``-m``);
+- ``ffcv_epoch``: FFCV's side of ``pack bench --cold --peer ffcv`` (an epoch of a ``.beton``, its
+  writer), run with ``-m`` by FFCV's own Python; the standard library only at import;
 - ``pagecache``: evicting a dataset from the page cache, memory caps;
 - ``cli``: ``pack bench``;
 - ``bench_data``: an ImageNet-like JPEG folder, the input most suites share;
@@ -21,7 +23,8 @@ suites, packer/cli.py, scripts/ and docs use them):
 - ``s3server``: a local S3 server (moto);
 - ``delay_proxy``: a TCP proxy adding a store's round trip.
 
-Internal: ``_cold`` (the ``--cold`` rounds), ``_report`` (terminal and markdown tables), ``_plot``
+Internal: ``_cold`` (the ``--cold`` rounds), ``_ffcv_peer`` (FFCV's ``.beton`` of a dataset, its
+read command), ``_report`` (terminal and markdown tables), ``_plot``
 (the PNG chart).
 
 This file imports nothing, so ``import packer.bench.harness`` pulls in nothing heavy.

@@ -8,6 +8,11 @@ not dropped. With ``memory_cap`` the cold epoch's process tree runs in a memory 
 size (choose it a third of the dataset or less), so the cache cannot hold what it reads. The
 settings alternate their order from round to round, so a drift of the machine's load hits both;
 the figure is the median over rounds of each round's cold/warm ratio.
+
+Peers read the same images under the same conditions: ``webdataset`` a tar dataset's own shards,
+``ffcv`` a ``.beton`` of the dataset's stored bytes (``packer.bench._ffcv_peer``) with FFCV's
+Python. What a peer reads from the disk is what is evicted before its cold epoch and what its
+bytes per image (the ceiling, dataset / cap) are counted from: the ``.beton``, for FFCV.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from packer.bench import _ffcv_peer
 from packer.bench.harness import BenchError, code_env, folder_bytes, machine_info, run_measured
 from packer.bench.pagecache import MemoryCap, dataset_resident, drop_all_caches, evict, read_sequentially
 from readers.errors import OptionError
@@ -40,21 +46,28 @@ class ColdSettings:
     crop: int = 224
     drop_caches: bool = False
     memory_cap: int | None = None
-    peers: tuple[str, ...] = ()  # read a tar dataset's shards with these too (webdataset)
+    peers: tuple[str, ...] = ()  # read the datasets with these too: webdataset (tar), ffcv
+    ffcv_python: str = _ffcv_peer.DEFAULT_PYTHON
+    peer_dir: str | None = None  # where a peer's own copy (FFCV's .beton) lives; None: beside the dataset
     seed: int = 0
     timeout: float = 900
 
 
-def run_epoch(
+def epoch_command(
     path: str,
     settings: ColdSettings,
     readahead: int,
     epoch: int,
-    cap: MemoryCap | None = None,
     peer: str = "",
-) -> dict:
-    """One epoch of ``path`` in a fresh process (in ``cap``'s cgroup if given), by imgpack or by
-    ``peer``: its figures."""
+    beton: _ffcv_peer.Beton | None = None,
+) -> list[str]:
+    """The command line of one epoch of ``path``, by imgpack or by ``peer`` (``ffcv``: of
+    ``beton``, by FFCV's Python)."""
+    if peer == "ffcv":
+        if beton is None:
+            raise BenchError(f"{path}: the ffcv peer reads a .beton and none was given")
+        s = settings
+        return _ffcv_peer.read_command(s.ffcv_python, beton, s.workers, s.batch_size, s.crop, s.seed, epoch)
     args = {
         "path": path,
         "peer": peer,
@@ -66,20 +79,45 @@ def run_epoch(
         "epoch": epoch,
         "seed": settings.seed,
     }
-    env = code_env()  # this checkout's packer and readers
-    cmd = [sys.executable, "-m", "packer.bench.cold_epoch", json.dumps(args)]
+    return [sys.executable, "-m", "packer.bench.cold_epoch", json.dumps(args)]
+
+
+def run_epoch(
+    path: str,
+    settings: ColdSettings,
+    readahead: int,
+    epoch: int,
+    cap: MemoryCap | None = None,
+    peer: str = "",
+    beton: _ffcv_peer.Beton | None = None,
+) -> dict:
+    """One epoch of ``path`` in a fresh process (in ``cap``'s cgroup if given), by imgpack or by
+    ``peer``: its figures."""
+    cmd = epoch_command(path, settings, readahead, epoch, peer, beton)
+    env = code_env()  # this checkout's packer and readers (FFCV's Python runs its child from it too)
     with AnonymousPeak(cap) as anonymous:
         join = cap.join if cap is not None else None
         measured = run_measured(cmd, check=False, timeout=settings.timeout, env=env, preexec_fn=join)
     if measured.returncode:
         killed = f" (killed: {cap.events()})" if cap is not None else ""
         tail = measured.stderr.strip().splitlines()[-3:]
-        raise BenchError(f"{path}: epoch process exited {measured.returncode}{killed}: {' / '.join(tail)}")
+        who = f"{path} by {peer}" if peer else path
+        raise BenchError(f"{who}: epoch process exited {measured.returncode}{killed}: {' / '.join(tail)}")
     result = json.loads(measured.stdout.strip().splitlines()[-1])
-    result["rate"] = result["images"] / result["seconds"]
+    result["epoch_rate"] = result["images"] / result["seconds"]
+    result["rate"] = steady_rate(result)
     result["peak_rss_bytes"] = measured.peak_rss_bytes
     result["peak_anonymous_bytes"] = anonymous.peak
     return result
+
+
+def steady_rate(result: dict) -> float:
+    """Images/s after an epoch's first batch: the pace a long run reads at, without the start of
+    the fresh process each epoch runs in (workers, FFCV's pipeline compilation: seconds, paid once
+    in a training run, here once per epoch); the whole epoch's where it has a single batch."""
+    rest = result["images"] - result.get("first_batch_images", result["images"])
+    span = result["seconds"] - result.get("first_batch_s", 0.0)
+    return rest / span if rest > 0 and span > 0 else result["images"] / result["seconds"]
 
 
 class AnonymousPeak:
@@ -138,16 +176,21 @@ def run_cold(datasets: list[str], settings: ColdSettings, log: Callable[[str], N
     for path in datasets:
         manifest = read_manifest(path)
         size = folder_bytes(path)
+        readers = [("", r) for r in settings.readahead]
+        readers += [(peer, 0) for peer in settings.peers if peer != "webdataset" or manifest.format == "tar"]
+        beton = None
+        if "ffcv" in settings.peers:
+            python, workers = settings.ffcv_python, settings.workers
+            beton = _ffcv_peer.ensure_beton(path, settings.peer_dir, python, workers, say)
         cap = None
         if settings.memory_cap is not None:
             cap = MemoryCap(settings.memory_cap)
-        readers = [("", r) for r in settings.readahead]
-        readers += [(peer, 0) for peer in settings.peers if manifest.format == "tar"]
         try:
             for rnd in range(settings.rounds):
                 for peer, readahead in readers if rnd % 2 == 0 else readers[::-1]:
                     fmt = f"{peer} ({manifest.format})" if peer else manifest.format
-                    rows.append(_one_round(path, fmt, size, settings, readahead, rnd, cap, say, peer))
+                    own = beton if peer == "ffcv" else None
+                    rows.append(_one_round(path, fmt, size, settings, readahead, rnd, cap, say, peer, own))
         finally:
             if cap is not None:
                 cap.remove()
@@ -164,18 +207,23 @@ def _one_round(
     cap: MemoryCap | None,
     say: Callable[[str], None],
     peer: str = "",
+    beton: _ffcv_peer.Beton | None = None,
 ) -> dict:
-    run_epoch(path, settings, readahead, rnd, peer=peer)  # fills the cache
-    resident_warm = dataset_resident(path)
-    warm = run_epoch(path, settings, readahead, rnd, peer=peer)
+    """One round of one reader: warm-up, warm, evict, cold. What it reads from the disk is the
+    dataset's files, or the peer's own copy (``beton``): that is evicted and its bytes counted."""
+    source, size = (str(beton.path), beton.bytes) if beton is not None else (path, size)
+    run_epoch(path, settings, readahead, rnd, peer=peer, beton=beton)  # fills the cache
+    resident_warm = dataset_resident(source)
+    warm = run_epoch(path, settings, readahead, rnd, peer=peer, beton=beton)
     if settings.drop_caches:
         drop_all_caches()
     else:
-        evict(path)
-    resident_cold = dataset_resident(path)
-    cold = run_epoch(path, settings, readahead, rnd, cap, peer)
+        evict(source)
+    resident_cold = dataset_resident(source)
+    cold = run_epoch(path, settings, readahead, rnd, cap, peer, beton)
     row = {
         "dataset": path,
+        "read": source,
         "format": fmt,
         "bytes": size,
         "round": rnd,
@@ -189,23 +237,30 @@ def _one_round(
         "peer": peer,
         "cold_peak_rss_bytes": cold["peak_rss_bytes"],
         "images": cold["images"],
+        "warm_epoch": warm["epoch_rate"],  # the whole epoch, its start included
+        "cold_epoch": cold["epoch_rate"],
+        "warm_first_batch_s": warm["first_batch_s"],
+        "cold_first_batch_s": cold["first_batch_s"],
     }
     if cap is not None:
         row["cap_bytes"], row["cap_peak_bytes"] = cap.limit, cap.peak()
         row["cap_peak_anonymous_bytes"] = cold["peak_anonymous_bytes"]
+    kind = "capped" if cap else "cold"
     say(
         f"{path}{' by ' + peer if peer else ''} round {rnd} readahead {readahead}: "
-        f"warm {row['warm']:.0f} img/s, "
-        f"{'capped' if cap else 'cold'} {row['cold']:.0f} img/s, ratio {row['ratio']:.2f} "
-        f"(cached before warm {resident_warm:.2f}, before cold {resident_cold:.2f})"
+        f"warm {row['warm']:.0f} img/s, {kind} {row['cold']:.0f} img/s, ratio {row['ratio']:.2f} "
+        f"(cached before warm {resident_warm:.2f}, before cold {resident_cold:.2f}; first batch "
+        f"warm {warm['first_batch_s']:.2f} s, {kind} {cold['first_batch_s']:.2f} s)"
     )
     return row
 
 
 def summarize(rows: list[dict], conditions: dict) -> list[dict]:
-    """Per (dataset, read-ahead): the rounds' ratios, their median, the median rates and, against
-    the disk, the ceiling ``min(warm rate, disk rate / bytes per image)``."""
+    """Per (dataset, reader, read-ahead): the rounds' ratios, their median, the median rates and,
+    against the disk, the ceiling ``min(warm rate, disk rate / bytes per image)``, the bytes being
+    those the reader reads from the disk (its rows' ``bytes``: a peer's own copy, for FFCV)."""
     out = []
+    both = ("warm", "cold")
     keys = dict.fromkeys((r["dataset"], r["peer"], r["readahead"]) for r in rows)
     for dataset, peer, readahead in keys:
         key = (dataset, peer, readahead)
@@ -226,6 +281,7 @@ def summarize(rows: list[dict], conditions: dict) -> list[dict]:
                 "cold": cold,
                 "of_ceiling": cold / ceiling,
                 "bytes": mine[0]["bytes"],
+                "first_batch_s": [statistics.median(r[f"{k}_first_batch_s"] for r in mine) for k in both],
                 "tree_anonymous_bytes": max(r.get("cap_peak_anonymous_bytes") or 0 for r in mine),
             }
         )
@@ -238,24 +294,26 @@ def format_cold(report: dict) -> str:
     kind = "capped" if capped else "cold"
     extra = " dataset / cap | tree's own memory |" if capped else ""
     lines = [
-        f"| format | readahead | warm img/s | {kind} img/s | {kind} / warm (rounds) | median | of ceiling |"
-        + extra,
-        "|---|---:|---:|---:|---|---:|---:|" + ("---:|---:|" if capped else ""),
+        f"| format | readahead | warm img/s | {kind} img/s | {kind} / warm (rounds) | median | of ceiling | "
+        f"first batch s, warm / {kind} |" + extra,
+        "|---|---:|---:|---:|---|---:|---:|---:|" + ("---:|---:|" if capped else ""),
     ]
     for s in report["summary"]:
         ratios = ", ".join(f"{r:.2f}" for r in s["ratios"])
         ahead = "its own" if s["peer"] else f"{s['readahead'] >> 20} MiB"
+        first, then = s["first_batch_s"]
         cells = f" {s['bytes'] / capped:.1f}x | {s['tree_anonymous_bytes'] >> 20} MiB |" if capped else ""
         lines.append(
             f"| {s['format']} | {ahead} | {s['warm']:.0f} | {s['cold']:.0f} | {ratios} | "
-            f"**{s['ratio']:.2f}** | {s['of_ceiling']:.2f} |{cells}"
+            f"**{s['ratio']:.2f}** | {s['of_ceiling']:.2f} | {first:.2f} / {then:.2f} |{cells}"
         )
     c = report["conditions"]
     st = c["settings"]
     read = "records only (no decode)" if st["records_only"] else f"decoded, centre crop {st['crop']}"
     lines.append("")
     lines.append(
-        f"{read}, batch {st['batch_size']}, {st['workers']} workers, {st['rounds']} rounds; disk "
+        f"{read}, batch {st['batch_size']}, {st['workers']} workers, {st['rounds']} rounds; img/s "
+        "after each epoch's first batch (each epoch is a fresh process); disk "
         f"{c['disk_bytes_per_s'] / 1e6:.0f} MB/s sequential; load average at start "
         f"{c['load_average_at_start']}; {c['cpus']} CPUs"
         + (f"; memory cap {capped >> 20} MiB" if capped else "")
@@ -278,6 +336,8 @@ def cold_command(
     quiet: bool,
     readahead: str = "0,16M",
     peers: tuple[str, ...] = (),
+    ffcv_python: str = _ffcv_peer.DEFAULT_PYTHON,
+    peer_dir: str | None = None,
 ) -> None:
     """``pack bench --cold`` / ``--memory-cap``: run, print the table, write the JSON."""
     import click
@@ -291,8 +351,19 @@ def cold_command(
             )
     if peers and records_only:
         raise click.BadParameter("a peer decodes what it reads: drop --records-only", param_hint="--peer")
-    if peers and not any(read_manifest(path).format == "tar" for path in datasets):
-        raise click.BadParameter("the peers read tar shards: name a tar dataset too", param_hint="--peer")
+    if "webdataset" in peers and not any(read_manifest(path).format == "tar" for path in datasets):
+        raise click.BadParameter("webdataset reads tar shards: name a tar dataset too", param_hint="--peer")
+    if "ffcv" in peers:
+        for path in datasets:
+            folder = _ffcv_peer.peer_folder(path, peer_dir).resolve()
+            if folder.is_relative_to(Path(path).resolve()):
+                raise click.BadParameter(
+                    f"{folder} lies inside the dataset {path}: name a folder outside it",
+                    param_hint="--peer-dir",
+                )
+        problem = _ffcv_peer.python_problem(ffcv_python)
+        if problem:
+            raise click.BadParameter(problem, param_hint="--ffcv-python")
     cap = parse_bytes(memory_cap, "--memory-cap") if memory_cap else None
     try:
         budgets = tuple(
@@ -303,6 +374,7 @@ def cold_command(
     settings = ColdSettings(
         workers=workers[-1], batch_size=batch_size, rounds=rounds, records_only=records_only, crop=crop,
         drop_caches=drop_caches, memory_cap=cap, seed=seed, readahead=budgets or (0,), peers=peers,
+        ffcv_python=ffcv_python, peer_dir=peer_dir,
     )  # fmt: skip
     log = None if quiet else (lambda message: click.echo(message, err=True))
     try:

@@ -115,8 +115,21 @@ def bench() -> None:
     "--peer",
     "peers",
     multiple=True,
-    type=click.Choice(["webdataset"]),
-    help="--cold: also read each tar dataset's shards with this library, under the same conditions.",
+    type=click.Choice(["webdataset", "ffcv"]),
+    help="--cold: also read the datasets with this library, under the same conditions (webdataset: a tar "
+    "dataset's shards; ffcv: a .beton of each dataset's stored bytes, os_cache=False, QUASI_RANDOM).",
+)
+@click.option(
+    "--ffcv-python",
+    default="/work/ffcv-venv/bin/python",
+    show_default=True,
+    help="--peer ffcv: a Python with FFCV 1.0.2 installed (FFCV is never an imgpack dependency).",
+)
+@click.option(
+    "--peer-dir",
+    type=click.Path(file_okay=False, path_type=str),
+    help="--peer ffcv: where the .beton files are written once and kept [default: imgpack-peers/ beside "
+    "each dataset].",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def compare(
@@ -142,6 +155,8 @@ def compare(
     readahead: str,
     crop: int,
     peers: tuple[str, ...],
+    ffcv_python: str,
+    peer_dir: str | None,
     quiet: bool,
 ) -> None:
     """Measure how fast DATASET... load in PyTorch: images/s, MB/s, first batch, memory, random reads.
@@ -171,7 +186,7 @@ def compare(
         from packer.bench._cold import cold_command
 
         cold_command(list(datasets), workers, batch_size, memory_cap, records_only, drop_caches, rounds, crop,
-                     seed, json_path, quiet, readahead, peers)  # fmt: skip
+                     seed, json_path, quiet, readahead, peers, ffcv_python, peer_dir)  # fmt: skip
         return
     settings = Settings(workers, batch_size, epochs, decode, random_reads, seed, augment, augment_size)
     log = None if quiet else (lambda message: click.echo(message, err=True))

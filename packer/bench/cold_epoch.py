@@ -1,7 +1,10 @@
 """One measured epoch in a fresh process, for ``pack bench --cold`` (``packer.bench._cold``).
 
 ``python -m packer.bench.cold_epoch '<json settings>'`` opens the dataset, reads one epoch through
-``make_loader`` and prints ``{"images", "bytes", "seconds", "hinted_bytes"}`` as JSON. A fresh
+``make_loader`` and prints ``{"images", "bytes", "seconds", "hinted_bytes", "first_batch_s",
+"first_batch_images"}`` as JSON (``packer.bench.ffcv_epoch`` prints the same for FFCV): the
+clock starts once the libraries are imported, and the first batch's time and size let the rate
+leave out the start of the process (workers, FFCV's compilation). A fresh
 process per epoch: pages a live process has mapped (LMDB's map) are not dropped from the cache.
 
 ``peer="webdataset"``: the dataset's tar shards read by webdataset (``packer.bench.peers``) instead.
@@ -66,6 +69,7 @@ def measure(settings: dict[str, Any]) -> dict[str, Any]:
         loader = make_loader(stream, num_workers=settings.get("workers", 2))
     images = nbytes = 0
     hinted: dict[int, int] = {}
+    first: tuple[float, int] | None = None  # (seconds, images) when the first batch was in hand
     for k, batch in enumerate(loader):
         if settings.get("records_only"):
             count, size, hints = batch.tolist()
@@ -74,8 +78,13 @@ def measure(settings: dict[str, Any]) -> dict[str, Any]:
             hinted[k % max(1, settings.get("workers", 2))] = hints  # each worker's running total
         else:
             images += len(batch[1])
+        if first is None:
+            first = (time.perf_counter() - start, images)
     seconds = time.perf_counter() - start
-    return {"images": images, "bytes": nbytes, "seconds": seconds, "hinted_bytes": sum(hinted.values())}
+    hinted_bytes = sum(hinted.values())
+    first_s, first_images = first or (seconds, images)
+    return {"images": images, "bytes": nbytes, "seconds": seconds, "hinted_bytes": hinted_bytes,
+            "first_batch_s": first_s, "first_batch_images": first_images}  # fmt: skip
 
 
 if __name__ == "__main__":

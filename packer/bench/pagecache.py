@@ -1,6 +1,6 @@
 """The page cache and memory caps, for benchmarks and tests of uncached reads.
 
-- ``evict``: drop a dataset's files from the page cache (``POSIX_FADV_DONTNEED`` per file, after
+- ``evict``: drop a dataset's files (or one file) from the page cache (``POSIX_FADV_DONTNEED`` per file, after
   writing back dirty pages): needs no root and leaves other programs' caches alone; pages a live
   process has mapped stay, so each measured epoch runs in a fresh process.
 - ``drop_all_caches``: the whole machine's (``echo 3 > /proc/sys/vm/drop_caches``, root).
@@ -25,6 +25,10 @@ class CacheError(ImgpackError):
 
 
 def dataset_files(root: str | os.PathLike) -> list[Path]:
+    """The files of the dataset at ``root``: every file under the folder, or ``root`` itself where it
+    is one file (a peer's own copy, FFCV's ``.beton``)."""
+    if Path(root).is_file():
+        return [Path(root)]
     return sorted(p for p in Path(root).rglob("*") if p.is_file())
 
 

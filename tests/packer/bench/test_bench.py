@@ -252,9 +252,10 @@ def test_scaling_suite_small_sizes(tmp_path):
 
 
 def test_harness_imports_only_the_standard_library():
-    # the fastpath suite times FFCV in FFCV's own Python with its child module and the harness
+    # the fastpath suite times FFCV in FFCV's own Python with its child module and the harness;
+    # pack bench --cold --peer ffcv runs packer.bench.ffcv_epoch there
     code = (
-        "import sys, packer.bench.harness, packer.bench.suites.fastpath_child; "
+        "import sys, packer.bench.harness, packer.bench.suites.fastpath_child, packer.bench.ffcv_epoch; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'torch', 'psutil', 'PIL'}))"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
