@@ -39,9 +39,10 @@ STALE_SECONDS = 600.0
 POLL_FIRST, POLL_MOST = 0.0005, 0.01  # seconds between looks for a request another worker fetches
 
 
-def spool_root(environ: Any = None) -> Path | None:
-    """Where spools go: ``$IMGPACK_REMOTE_SPOOL``, else ``/dev/shm``, else the temporary directory;
-    None where the variable is set to ``off`` (each worker fetches for itself)."""
+def spool_root(room: int, environ: Any = None) -> Path | None:
+    """Where spools go: ``$IMGPACK_REMOTE_SPOOL``, else ``/dev/shm`` where it has ``room`` bytes
+    free (a container's is often 64 MB), else the temporary directory; None where the variable
+    is ``off`` (each worker fetches for itself)."""
     environ = os.environ if environ is None else environ
     chosen = environ.get(SPOOL_ENV, "").strip()
     if chosen.lower() in ("off", "0", "none"):
@@ -49,8 +50,12 @@ def spool_root(environ: Any = None) -> Path | None:
     if chosen:
         return Path(chosen)
     shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
-        return shm
+    try:
+        free = os.statvfs(shm)
+        if os.access(shm, os.W_OK | os.X_OK) and free.f_bavail * free.f_frsize >= room:
+            return shm
+    except OSError:
+        pass
     return Path(tempfile.gettempdir())
 
 

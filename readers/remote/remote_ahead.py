@@ -9,13 +9,16 @@ ask the server for what it will read next while it decodes what it has:
   flight on helper threads, in the order the pass needs them; fetched and in-flight bytes stay
   within ``IMGPACK_REMOTE_AHEAD_BYTES`` (plus the one request the consumer waits for). A read is
   served from a fetched buffer, which is dropped once its last planned read has taken its part;
-  a read that was not planned goes to the server directly.
+  a read that was not planned goes to the server directly. The DataLoader workers of a rank plan
+  the rank's requests together and fetch each once, sharing it through a spool
+  (``readers.remote._spool``).
 - **whole parts** (any format through a ``cache_dir``): a helper thread downloads the parts in
   the order the pass first needs them, at most ``IMGPACK_REMOTE_AHEAD_BYTES`` of downloaded parts
   ahead of those the reader has opened.
 
-Merging is done only among the ranges of one stretch of the pass (a quarter of the byte budget),
-so a request holds bytes that are needed at about the same time. Every request is a bounded
+Merging is done only among the ranges of one stretch of the pass (a quarter to all of the byte
+budget, cut where shuffle windows end: ``stretches``), so a request holds bytes that are needed at
+about the same time. Every request is a bounded
 ``remote_call`` (``IMGPACK_REMOTE_TIMEOUT``): a stalled server is a ``RemoteError`` for the
 read that waits on it, never an endless wait. Nothing here changes what is read, or in which order.
 """
@@ -405,7 +408,7 @@ def ranges_ahead(
     entries = reader.manifest.shards
     share = None
     if rank is not None:
-        share = lambda requests, serving: rank_spool(reader, requests, serving, owners, rank)  # noqa: E731
+        share = lambda requests, serving: rank_spool(reader, requests, serving, owners, rank, settings)  # noqa: E731
     fetcher = RangeFetcher(
         reads, fetch, settings, lambda position: reader.location(entries[position].file),
         owners=None if rank is None else np.array(owners), me=0 if rank is None else rank.me, share=share,
@@ -419,7 +422,12 @@ def ranges_ahead(
 
 
 def rank_spool(
-    reader: Any, requests: list[Request], serving: list[int], owners: list[int], rank: RankPlan
+    reader: Any,
+    requests: list[Request],
+    serving: list[int],
+    owners: list[int],
+    rank: RankPlan,
+    settings: AheadSettings,
 ) -> Any:
     """The spool the rank's workers share for this pass (None where none can be made). Its name
     is a digest of what is read (the dataset's parts and the rank's requests), so only workers
@@ -435,7 +443,8 @@ def rank_spool(
     plan.update(np.array([(r.shard, r.start, r.end) for r in requests], dtype=np.int64).tobytes())
     plan.update(needers.tobytes())
     stream = f"{rank.tag}-{dataset.hexdigest()}"
-    return Spool.open(spool_root(), rank.owner, stream, plan.hexdigest(), needers, rank.num_workers)
+    root = spool_root(2 * settings.ahead_bytes)
+    return Spool.open(root, rank.owner, stream, plan.hexdigest(), needers, rank.num_workers)
 
 
 # -- the pass -----------------------------------------------------------------------------------

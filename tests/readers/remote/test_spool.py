@@ -8,13 +8,14 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from packer.bench.delay_proxy import delayed
 from readers import make_loader, mix, open_iterable
-from readers.remote._spool import PREFIX, Spool, sweep
+from readers.remote._spool import PREFIX, Spool, spool_root, sweep
 from readers.remote.urls import RemoteError
 from tests.support.disks import mounted_tmpfs
 from tests.support.s3server import BUCKET
@@ -143,6 +144,15 @@ def test_sweep_removes_what_dead_owners_and_earlier_passes_left(tmp_path):
         (d / "0").write_bytes(b"x")
     sweep(tmp_path, os.getpid(), "t1-ds", current.name)
     assert not gone.exists() and not earlier.exists() and other_stream.exists() and current.exists()
+
+
+def test_the_spool_goes_to_dev_shm_where_it_has_room_else_the_temporary_directory(tmp_path):
+    import tempfile
+
+    assert spool_root(1 << 20, {}) == Path("/dev/shm")
+    assert spool_root(1 << 60, {}) == Path(tempfile.gettempdir())  # a container's 64 MB /dev/shm, say
+    assert spool_root(1 << 20, {"IMGPACK_REMOTE_SPOOL": str(tmp_path)}) == tmp_path
+    assert spool_root(1 << 20, {"IMGPACK_REMOTE_SPOOL": "off"}) is None
 
 
 @pytest.mark.root
