@@ -28,7 +28,14 @@ from typing import Any
 
 from packer.bench import _ffcv_peer
 from packer.bench.harness import BenchError, code_env, folder_bytes, machine_info, run_measured
-from packer.bench.pagecache import MemoryCap, dataset_resident, drop_all_caches, evict, read_sequentially
+from packer.bench.pagecache import (
+    MemoryCap,
+    dataset_resident,
+    device_read_bytes,
+    drop_all_caches,
+    evict,
+    read_sequentially,
+)
 from readers.errors import OptionError
 from readers.remote.readahead import resolve_budget
 from readers.store.manifest import read_manifest
@@ -220,7 +227,9 @@ def _one_round(
     else:
         evict(source)
     resident_cold = dataset_resident(source)
+    read_before = device_read_bytes(source)
     cold = run_epoch(path, settings, readahead, rnd, cap, peer, beton)
+    read_after = device_read_bytes(source)
     row = {
         "dataset": path,
         "read": source,
@@ -237,6 +246,7 @@ def _one_round(
         "peer": peer,
         "cold_peak_rss_bytes": cold["peak_rss_bytes"],
         "images": cold["images"],
+        "cold_disk_read": _read_ratio(read_before, read_after, size),
         "warm_epoch": warm["epoch_rate"],  # the whole epoch, its start included
         "cold_epoch": cold["epoch_rate"],
         "warm_first_batch_s": warm["first_batch_s"],
@@ -250,7 +260,9 @@ def _one_round(
         f"{path}{' by ' + peer if peer else ''} round {rnd} readahead {readahead}: "
         f"warm {row['warm']:.0f} img/s, {kind} {row['cold']:.0f} img/s, ratio {row['ratio']:.2f} "
         f"(cached before warm {resident_warm:.2f}, before cold {resident_cold:.2f}; first batch "
-        f"warm {warm['first_batch_s']:.2f} s, {kind} {cold['first_batch_s']:.2f} s)"
+        f"warm {warm['first_batch_s']:.2f} s, {kind} {cold['first_batch_s']:.2f} s"
+        + (f"; disk read {row['cold_disk_read']:.2f}x its bytes" if row["cold_disk_read"] is not None else "")
+        + ")"
     )
     return row
 
@@ -283,9 +295,21 @@ def summarize(rows: list[dict], conditions: dict) -> list[dict]:
                 "bytes": mine[0]["bytes"],
                 "first_batch_s": [statistics.median(r[f"{k}_first_batch_s"] for r in mine) for k in both],
                 "tree_anonymous_bytes": max(r.get("cap_peak_anonymous_bytes") or 0 for r in mine),
+                "disk_read": _median_or_none([r.get("cold_disk_read") for r in mine]),
             }
         )
     return out
+
+
+def _read_ratio(before: int | None, after: int | None, size: int) -> float | None:
+    """What the disk read between ``before`` and ``after``, in the reader's bytes (> 1: pages
+    read twice, evicted before their last use)."""
+    return None if before is None or after is None or not size else (after - before) / size
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def format_cold(report: dict) -> str:
@@ -295,17 +319,18 @@ def format_cold(report: dict) -> str:
     extra = " dataset / cap | tree's own memory |" if capped else ""
     lines = [
         f"| format | readahead | warm img/s | {kind} img/s | {kind} / warm (rounds) | median | of ceiling | "
-        f"first batch s, warm / {kind} |" + extra,
-        "|---|---:|---:|---:|---|---:|---:|---:|" + ("---:|---:|" if capped else ""),
+        f"first batch s, warm / {kind} | disk read / bytes |" + extra,
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|" + ("---:|---:|" if capped else ""),
     ]
     for s in report["summary"]:
         ratios = ", ".join(f"{r:.2f}" for r in s["ratios"])
         ahead = "its own" if s["peer"] else f"{s['readahead'] >> 20} MiB"
         first, then = s["first_batch_s"]
+        read_x = "" if s.get("disk_read") is None else f"{s['disk_read']:.2f}x"
         cells = f" {s['bytes'] / capped:.1f}x | {s['tree_anonymous_bytes'] >> 20} MiB |" if capped else ""
         lines.append(
             f"| {s['format']} | {ahead} | {s['warm']:.0f} | {s['cold']:.0f} | {ratios} | "
-            f"**{s['ratio']:.2f}** | {s['of_ceiling']:.2f} | {first:.2f} / {then:.2f} |{cells}"
+            f"**{s['ratio']:.2f}** | {s['of_ceiling']:.2f} | {first:.2f} / {then:.2f} | {read_x} |{cells}"
         )
     c = report["conditions"]
     st = c["settings"]

@@ -136,6 +136,24 @@ def dataset_resident(root: str | os.PathLike) -> float:
     return resident((p, 0, 0) for p in dataset_files(root) if p.stat().st_size)
 
 
+def device_read_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes the block device holding ``path`` has read since boot (``/proc/diskstats``: sectors
+    read x 512), or None where the device is not listed (a network filesystem, a tmpfs). Taken
+    around an epoch on an idle machine, what it read from the disk: more than the dataset's bytes
+    means pages read twice (evicted before their last use)."""
+    st = os.stat(path)
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    try:
+        lines = Path("/proc/diskstats").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and (int(fields[0]), int(fields[1])) == (major, minor):
+            return int(fields[5]) * 512
+    return None
+
+
 def read_sequentially(root: str | os.PathLike, block: int = 4 << 20) -> tuple[int, float]:
     """(bytes, seconds) to read the dataset's files front to back in ``block`` reads: with them
     evicted first, the disk's sequential rate."""

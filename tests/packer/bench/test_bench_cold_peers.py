@@ -159,3 +159,17 @@ def test_epoch_rates_leave_out_the_process_start():
     one_batch = {"images": 64, "seconds": 2.0, "first_batch_s": 2.0, "first_batch_images": 64}
     assert _cold.steady_rate(one_batch) == 32  # nothing after the first batch: the whole epoch
     assert _cold.steady_rate({"images": 10, "seconds": 5.0}) == 2.0  # no first-batch figure
+
+
+def test_device_read_bytes_counts_what_an_evicted_file_costs_the_disk(tmp_path):
+    from packer.bench.pagecache import device_read_bytes, evict
+
+    path = tmp_path / "blob"
+    path.write_bytes(os.urandom(8 << 20))
+    os.sync()
+    evict(path)
+    before = device_read_bytes(path)
+    assert before is not None  # tmp_path is on the machine's disk, as the benchmark datasets are
+    path.read_bytes()
+    assert device_read_bytes(path) - before >= 8 << 20
+    assert device_read_bytes("/dev/shm") is None  # a tmpfs has no block device
