@@ -63,7 +63,7 @@ SUITES: tuple[Suite, ...] = (
     _suite("append", "appending a few % to a pack against a full pack, and the appended read rate"),
     _suite("dedup", "per-sample hashes: near-duplicate recall, pack overlap at scale, hashing cost"),
     # object storage
-    _suite("object_storage", "streaming tar shards from S3 (local server, added delay) against webdataset"),
+    _suite("object_storage", "streaming from S3 (local server, delay) vs webdataset, LitData, Streaming"),
     _suite("remote", "remote reads against local ones, and pack verify's workers"),
     _suite("remote_pack", "packing local -> local, s3:// -> s3://, and s3:// -> s3:// on Ray"),
     # scale

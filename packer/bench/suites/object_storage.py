@@ -10,6 +10,13 @@ a fresh loader per epoch, no cache unless named) and is timed for one epoch, in 
 ``IMGPACK_REMOTE_REQUESTS=0`` and reads only its first ``--off-batches`` batches (it is slow).
 The ceiling is the server's rate for whole shards fetched by 8 threads, in images/s.
 
+LitData and MosaicML Streaming stream their own formats of the same images (the tar pack's stored
+JPEGs and labels, exported once into chunks about as big as its shards, uploaded to the same
+bucket) through the same proxy, each in a fresh process of its own Python (``--litdata-python``,
+``--streaming-python``: venvs with the peer, never dependencies of imgpack), one epoch into an
+empty cache directory (``packer/bench/suites/object_storage_child.py``). A peer whose Python is
+missing is left out, with a line saying so.
+
     pack bench run object_storage --n 4000 --rounds 3 --delays 0,30
 """
 
@@ -20,6 +27,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,10 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from packer.bench.peers import webdataset_loader
+from packer.bench.suites.object_storage_child import PEERS
 
 BUCKET = "bench"
 CROP = 224
 BATCH = 64
+# Started as a file under each peer's Python, which has none of imgpack's dependencies.
+CHILD = Path(__file__).with_name("object_storage_child.py")
+PEER_PYTHONS = {peer: Path(f"/work/peers/{peer}-venv/bin/python") for peer in PEERS}
 
 
 def timed_epoch(loader: Any, limit: int | None = None) -> tuple[int, float]:
@@ -91,8 +103,75 @@ def prepare(n: int, per_shard: int, root: Path) -> Path:
     )
 
 
+def peer_pythons(args: argparse.Namespace) -> dict[str, Path]:
+    """{peer: its Python} for each peer whose Python is there; one line for each that is not."""
+    found = {}
+    for peer in PEERS:
+        python: Path = getattr(args, f"{peer}_python")
+        if python.exists():
+            found[peer] = python
+        else:
+            print(
+                f"{peer} remote: left out: no Python at {python} "
+                f"(make its venv, see docs/object-storage.md, or pass --{peer}-python)",
+                flush=True,
+            )
+    return found
+
+
+def child_env(storage: dict[str, Any]) -> dict[str, str]:
+    """The environment of a peer's child: credentials of ``storage``, none of imgpack's paths."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["AWS_ACCESS_KEY_ID"] = storage.get("key") or os.environ.get("AWS_ACCESS_KEY_ID", "")
+    env["AWS_SECRET_ACCESS_KEY"] = storage.get("secret") or os.environ.get("AWS_SECRET_ACCESS_KEY", "")
+    env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    return env
+
+
+def run_child(python: Path, args: list[str], env: dict[str, str] | None = None) -> str:
+    """``python -I object_storage_child.py ARGS`` (isolated: the peer's venv and the standard
+    library only, not the suites' folder): its standard output; its failure is an error carrying
+    the end of its standard error."""
+    command = [str(python), "-I", str(CHILD), *args]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def export_peer(peer: str, python: Path, local: Path, root: Path) -> Path:
+    """The tar pack ``local`` in ``peer``'s format under ``root`` (made once, reused after)."""
+    import shutil
+
+    out = root / f"{peer}-{local.name}"
+    if not out.exists():
+        partial = out.with_name(out.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        run_child(python, ["write", peer, "--pack", str(local), "--out", str(partial)])
+        partial.rename(out)
+    return out
+
+
+def peer_epoch(
+    peer: str, python: Path, endpoint: str, storage: dict[str, Any], workers: int, expected: int
+) -> tuple[int, float]:
+    """(images, seconds) of one epoch of ``peer`` streaming its upload at ``s3://bench/PEER``."""
+    url = f"s3://{BUCKET}/{peer}"
+    read = ["read", peer, "--url", url, "--endpoint", endpoint, "--workers", str(workers)]
+    line = run_child(python, read, child_env(storage)).strip().splitlines()[-1]
+    result = json.loads(line)
+    if result["distinct"] != expected:
+        raise RuntimeError(f"{peer} read {result['distinct']} distinct images of {expected}: {line}")
+    return result["images"], result["seconds"]
+
+
 def contenders(
-    local: Path, fs: Any, endpoint: str, storage: dict[str, Any], args: argparse.Namespace
+    local: Path,
+    fs: Any,
+    endpoint: str,
+    storage: dict[str, Any],
+    args: argparse.Namespace,
+    peers: dict[str, Path] | None = None,
 ) -> dict[str, Callable[[], tuple[int, float]]]:
     from readers.formats import open_reader
 
@@ -111,6 +190,9 @@ def contenders(
         with tempfile.TemporaryDirectory() as cache:  # empty: the first epoch downloads every part
             return timed_epoch(imgpack_loader(url, workers, storage, cache))
 
+    def peer(name: str, python: Path) -> Callable[[], tuple[int, float]]:
+        return lambda: peer_epoch(name, python, endpoint, storage, workers, manifest.num_samples)
+
     return {
         "imgpack remote": lambda: timed_epoch(imgpack_loader(url, workers, storage)),
         "imgpack remote, cache_dir first epoch": first_cached,
@@ -118,6 +200,7 @@ def contenders(
         "webdataset remote": lambda: timed_epoch(
             webdataset_loader([fs.url(p, expires=3600) for p in shards], workers, BATCH, CROP)
         ),
+        **{f"{name} remote": peer(name, python) for name, python in (peers or {}).items()},
         "imgpack local warm": lambda: timed_epoch(imgpack_loader(str(local), workers, None)),
         "server ceiling (whole GETs)": lambda: ceiling(fs, shards, manifest.num_samples),
     }
@@ -172,9 +255,13 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     local = prepare(args.n, args.per_shard, args.root)
+    peers = peer_pythons(args)
+    exported = {peer: export_peer(peer, python, local, args.root) for peer, python in peers.items()}
     rows = []
     with server(args) as (fs, storage):
         fs.put(str(local) + "/", f"{BUCKET}/ds", recursive=True)
+        for peer, out in exported.items():
+            fs.put(str(out) + "/", f"{BUCKET}/{peer}", recursive=True)
         direct = storage["client_kwargs"]["endpoint_url"]
         for delay in args.delays:
             proxy = delayed(direct, delay / 1000) if delay else nullcontext(None)
@@ -184,7 +271,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 import s3fs
 
                 through = s3fs.S3FileSystem(skip_instance_cache=True, **options)
-                runs = contenders(local, through, endpoint, options, args)
+                runs = contenders(local, through, endpoint, options, args, peers)
                 rates: dict[str, list[float]] = {name: [] for name in runs}
                 names = list(runs)
                 for r in range(args.rounds):
@@ -198,6 +285,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+PEER_ROWS = ("webdataset remote", *(f"{peer} remote" for peer in PEERS))  # "best peer" is one of them
+
+
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     names = [k for k in rows[0] if k not in ("delay_ms", "rounds")]
     lines = [
@@ -208,13 +298,15 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines.append(f"| {name} | " + " | ".join(f"{r[name]:,}" for r in rows) + " |")
     for r in rows:
         best = min(r["imgpack local warm"], r["server ceiling (whole GETs)"])
+        peer = max((k for k in r if k in PEER_ROWS), key=lambda k: r[k])
         r["ratios"] = {
-            "vs min(local, ceiling)": round(r["imgpack remote"] / best, 2),
-            "vs webdataset": round(r["imgpack remote"] / r["webdataset remote"], 2),
-            "vs read-ahead off": round(r["imgpack remote"] / r["imgpack remote, read-ahead off"], 1),
+            "vs min(local, ceiling)": f"{r['imgpack remote'] / best:.2f}x",
+            "vs webdataset": f"{r['imgpack remote'] / r['webdataset remote']:.2f}x",
+            "vs best peer": f"{r['imgpack remote'] / r[peer]:.2f}x ({peer.removesuffix(' remote')})",
+            "vs read-ahead off": f"{r['imgpack remote'] / r['imgpack remote, read-ahead off']:.1f}x",
         }
     for key in rows[0]["ratios"]:
-        lines.append(f"| imgpack remote {key} | " + " | ".join(f"{r['ratios'][key]}x" for r in rows) + " |")
+        lines.append(f"| imgpack remote {key} | " + " | ".join(r["ratios"][key] for r in rows) + " |")
     conditions = (
         f"{args.n} images at 256 px in tar shards of {args.per_shard}, {args.server} S3 on 127.0.0.1, "
         f"batch {BATCH}, crop {CROP}, {args.workers} workers, {os.cpu_count()} CPUs, "
@@ -223,7 +315,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return conditions + "\n\n" + "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--per-shard", type=int, default=500)
@@ -236,8 +328,17 @@ def main(argv: list[str] | None = None) -> int:
         "--s3rver", type=Path, default=Path("/work/peers/s3rver/node_modules/.bin/s3rver"),
         help="the s3rver binary (npm install s3rver)",
     )  # fmt: skip
+    for peer, python in PEER_PYTHONS.items():
+        parser.add_argument(
+            f"--{peer}-python", type=Path, default=python,
+            help=f"a Python with {peer} installed (left out if missing; docs/object-storage.md)",
+        )  # fmt: skip
     parser.add_argument("--root", type=Path, default=Path("/tmp/imgpack-bench/object-storage"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     print(table(run(args), args))
     return 0
 

@@ -5,6 +5,7 @@ from the registry; no module reaches another through a sys.path edit."""
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import subprocess
 import sys
@@ -114,3 +115,154 @@ def test_no_module_edits_sys_path():
     files = [Path(REPO, f) for f in tracked.stdout.split()]
     assert len(files) > 100
     assert [f for f in files if f.exists() and needle in f.read_text()] == []
+
+
+# -- object_storage: the peers that stream their own formats (LitData, MosaicML Streaming) --------
+# Their venvs are not imgpack's (nor CI's): what runs here is the export every peer's format is
+# written from, the child's import-light start, and the suite's handling of the peers' Pythons.
+def test_the_peer_export_yields_every_stored_image_once_with_its_label(packed):
+    from packer.bench.suites.object_storage_child import chunk_bytes, tar_samples
+    from readers.formats import open_reader
+
+    pack = packed("tar", options={"samples_per_shard": 10}, resize=24)
+    reader = open_reader(pack)
+    assert len(reader.manifest.shards) > 2
+    exported = list(tar_samples(pack))
+    assert [index for index, _, _ in exported] == list(range(len(reader)))
+    for index, jpeg, label in exported:
+        record = reader.read(index)
+        assert jpeg == bytes(record.data) and label == record.label  # the stored bytes, not re-encoded
+    assert chunk_bytes(pack) == max(s.bytes for s in reader.manifest.shards)
+
+
+def test_the_peer_export_names_the_shard_whose_sample_has_no_label(packed, tmp_path):
+    import shutil
+    import tarfile
+
+    from packer.bench.suites.object_storage_child import tar_samples
+
+    pack = tmp_path / "pack"
+    shutil.copytree(packed("tar", options={"samples_per_shard": 10}, resize=24), pack)
+    shard = pack / json.loads((pack / "manifest.json").read_text())["shards"][1]["file"]
+    with tarfile.open(shard) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    dropped = next(m.name for m, _ in members if m.name.endswith(".cls"))
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for member, data in members:
+            if member.name != dropped:
+                tar.addfile(member, io.BytesIO(data))
+    with pytest.raises(ValueError, match=rf"{shard.name}: sample '{dropped[:-4]}' has \['jpg'\]"):
+        list(tar_samples(pack))
+
+
+def test_the_peer_child_imports_only_the_standard_library_and_starts_as_a_file():
+    import ast
+
+    from packer.bench.suites.object_storage import CHILD
+
+    top = [n for n in ast.parse(CHILD.read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    modules = {a.name.split(".")[0] for n in top if isinstance(n, ast.Import) for a in n.names}
+    modules |= {n.module.split(".")[0] for n in top if isinstance(n, ast.ImportFrom) and n.module}
+    assert modules and modules <= set(sys.stdlib_module_names) | {"__future__"}, modules
+    loaded = (  # what running the file loads beyond the standard library
+        "import runpy, sys; before = set(sys.modules); runpy.run_path(sys.argv[1]); "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before} - set(sys.stdlib_module_names)))"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", loaded, str(CHILD)], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    done = subprocess.run([sys.executable, "-I", str(CHILD), "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "{write,read}" in done.stdout, done.stderr
+
+
+def fake_peer_python(tmp_path: Path, distinct: int) -> Path:
+    """A stand-in for a peer's Python: records its calls; ``write`` makes --out, ``read`` prints a
+    result with ``distinct`` samples and what it got from the suite."""
+    script = tmp_path / "peer-python"
+    script.write_text(f"""#!{sys.executable}
+import json, os, pathlib, sys
+assert sys.argv[1] == "-I" and sys.argv[2].endswith("object_storage_child.py"), sys.argv
+args = sys.argv[3:]
+with open({str(tmp_path / "calls")!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[0] == "write":
+    out = pathlib.Path(args[args.index("--out") + 1])
+    out.mkdir()
+    (out / "index.json").write_text("{{}}")
+else:
+    seen = {{k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "PYTHONPATH")}}
+    print("a peer's own chatter")
+    print(json.dumps({{"images": 12, "distinct": {distinct}, "seconds": 0.5, "env": seen}}))
+""")
+    script.chmod(0o755)
+    return script
+
+
+def test_the_suite_leaves_out_a_peer_whose_python_is_missing_and_says_so(tmp_path, capsys):
+    from packer.bench.suites.object_storage import parse_args, peer_pythons
+
+    missing = tmp_path / "no-venv" / "bin" / "python"
+    there = fake_peer_python(tmp_path, 12)
+    args = parse_args(["--litdata-python", str(missing), "--streaming-python", str(there)])
+    assert peer_pythons(args) == {"streaming": there}
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"litdata remote: left out: no Python at {missing} "
+                   "(make its venv, see docs/object-storage.md, or pass --litdata-python)"]  # fmt: skip
+    defaults = parse_args([])
+    assert defaults.litdata_python == Path("/work/peers/litdata-venv/bin/python")
+    assert defaults.streaming_python == Path("/work/peers/streaming-venv/bin/python")
+
+
+def test_the_suite_exports_once_and_times_a_peer_through_its_child(tmp_path, monkeypatch):
+    from packer.bench.suites.object_storage import export_peer, peer_epoch
+
+    python = fake_peer_python(tmp_path, 12)
+    pack = tmp_path / "tar-n12-s5"
+    out = export_peer("litdata", python, pack, tmp_path)
+    assert out == tmp_path / "litdata-tar-n12-s5" and (out / "index.json").exists()
+    assert export_peer("litdata", python, pack, tmp_path) == out  # made once
+    assert not list(tmp_path.glob("*.partial"))
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/imgpack")
+    storage = {"key": "K", "secret": "S", "client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}}
+    assert peer_epoch("streaming", python, "http://127.0.0.1:2", storage, 2, expected=12) == (12, 0.5)
+    calls = [json.loads(line) for line in (tmp_path / "calls").read_text().splitlines()]
+    endpoint = ["--endpoint", "http://127.0.0.1:2"]
+    assert calls == [
+        ["write", "litdata", "--pack", str(pack), "--out", str(tmp_path / "litdata-tar-n12-s5.partial")],
+        ["read", "streaming", "--url", "s3://bench/streaming", *endpoint, "--workers", "2"],
+    ]
+
+    with pytest.raises(RuntimeError, match="streaming read 11 distinct images of 12"):
+        peer_epoch("streaming", fake_peer_python(tmp_path, 11), "http://127.0.0.1:2", storage, 2, 12)
+
+
+def test_the_peer_child_gets_the_credentials_and_none_of_imgpacks_paths(monkeypatch):
+    from packer.bench.suites.object_storage import child_env
+
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/imgpack")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "from-env-secret")
+    env = child_env({"key": "K", "secret": "S"})
+    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], "PYTHONPATH" in env) == ("K", "S", False)
+    env = child_env({})  # moto's options carry no keys: the environment's
+    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == ("from-env", "from-env-secret")
+
+
+def test_the_object_storage_table_compares_imgpack_with_the_best_peer():
+    import argparse
+
+    from packer.bench.suites.object_storage import table
+
+    def row(delay: int, **peers: int) -> dict:
+        rates = {"imgpack remote": 600, "imgpack remote, read-ahead off": 100, "webdataset remote": 400,
+                 **{f"{p} remote": v for p, v in peers.items()}, "imgpack local warm": 900,
+                 "server ceiling (whole GETs)": 3000}  # fmt: skip
+        return {"delay_ms": delay, **rates, "rounds": {k: [v] for k, v in rates.items()}}
+
+    args = argparse.Namespace(n=12, per_shard=5, server="s3rver", workers=2, rounds=1)
+    text = table([row(0, litdata=1200, streaming=500), row(30, litdata=300, streaming=200)], args)
+    assert "| litdata remote | 1,200 | 300 |" in text and "| streaming remote | 500 | 200 |" in text
+    assert "| imgpack remote vs best peer | 0.50x (litdata) | 1.50x (webdataset) |" in text
+    assert "| imgpack remote vs webdataset | 1.50x | 1.50x |" in text
+    alone = table([row(0)], args)  # no peer venv: webdataset is the best peer
+    assert "| imgpack remote vs best peer | 1.50x (webdataset) |" in alone and "litdata" not in alone
