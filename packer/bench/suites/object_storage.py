@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from packer.bench.peers import webdataset_loader
 from packer.bench.suites.object_storage_child import PEERS
@@ -46,14 +46,36 @@ CHILD = Path(__file__).with_name("object_storage_child.py")
 PEER_PYTHONS = {peer: Path(f"/work/peers/{peer}-venv/bin/python") for peer in PEERS}
 
 
-def timed_epoch(loader: Any, limit: int | None = None) -> tuple[int, float]:
-    """(images, seconds) of one pass over ``loader`` (its first ``limit`` batches)."""
-    images, started = 0, time.perf_counter()
+class Epoch(NamedTuple):
+    """One timed epoch: its images and seconds, and those of its first batch (the start of the
+    epoch's workers, connections and plans: once per epoch here, once per run in training)."""
+
+    images: int
+    seconds: float
+    first_images: int = 0
+    first_seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.images / self.seconds
+
+    @property
+    def steady(self) -> float:
+        """Images/s after the first batch (the whole epoch's where it has one batch)."""
+        rest, span = self.images - self.first_images, self.seconds - self.first_seconds
+        return rest / span if rest > 0 and span > 0 else self.rate
+
+
+def timed_epoch(loader: Any, limit: int | None = None) -> Epoch:
+    """One pass over ``loader`` (its first ``limit`` batches), timed."""
+    images, first, started = 0, (0, 0.0), time.perf_counter()
     for i, batch in enumerate(loader):
         images += len(batch[1])
+        if i == 0:
+            first = (images, time.perf_counter() - started)
         if limit is not None and i + 1 >= limit:
             break
-    return images, time.perf_counter() - started
+    return Epoch(images, time.perf_counter() - started, *first)
 
 
 @contextmanager
@@ -82,13 +104,13 @@ def imgpack_loader(
     return make_loader(it, num_workers=workers)
 
 
-def ceiling(fs: Any, paths: list[str], images: int) -> tuple[int, float]:
-    """(images, seconds) for fetching every shard whole with 8 threads: the server's rate."""
+def ceiling(fs: Any, paths: list[str], images: int) -> Epoch:
+    """Every shard fetched whole with 8 threads, counted in images: the server's rate."""
     started = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:
         for _ in pool.map(fs.cat_file, paths):
             pass
-    return images, time.perf_counter() - started
+    return Epoch(images, time.perf_counter() - started)
 
 
 def prepare(n: int, per_shard: int, root: Path) -> Path:
@@ -154,15 +176,16 @@ def export_peer(peer: str, python: Path, local: Path, root: Path) -> Path:
 
 def peer_epoch(
     peer: str, python: Path, endpoint: str, storage: dict[str, Any], workers: int, expected: int
-) -> tuple[int, float]:
-    """(images, seconds) of one epoch of ``peer`` streaming its upload at ``s3://bench/PEER``."""
+) -> Epoch:
+    """One epoch of ``peer`` streaming its upload at ``s3://bench/PEER``."""
     url = f"s3://{BUCKET}/{peer}"
     read = ["read", peer, "--url", url, "--endpoint", endpoint, "--workers", str(workers)]
     line = run_child(python, read, child_env(storage)).strip().splitlines()[-1]
     result = json.loads(line)
     if result["distinct"] != expected:
         raise RuntimeError(f"{peer} read {result['distinct']} distinct images of {expected}: {line}")
-    return result["images"], result["seconds"]
+    first = (result.get("first_batch_images", 0), result.get("first_batch_s", 0.0))
+    return Epoch(result["images"], result["seconds"], *first)
 
 
 def contenders(
@@ -172,7 +195,7 @@ def contenders(
     storage: dict[str, Any],
     args: argparse.Namespace,
     peers: dict[str, Path] | None = None,
-) -> dict[str, Callable[[], tuple[int, float]]]:
+) -> dict[str, Callable[[], Epoch]]:
     from readers.formats import open_reader
 
     manifest = open_reader(local).manifest
@@ -180,17 +203,17 @@ def contenders(
     url = f"s3://{BUCKET}/ds"
     workers = args.workers
 
-    def off() -> tuple[int, float]:
+    def off() -> Epoch:
         with env(IMGPACK_REMOTE_REQUESTS="0"):
             return timed_epoch(imgpack_loader(url, workers, storage), args.off_batches)
 
-    def first_cached() -> tuple[int, float]:
+    def first_cached() -> Epoch:
         import tempfile
 
         with tempfile.TemporaryDirectory() as cache:  # empty: the first epoch downloads every part
             return timed_epoch(imgpack_loader(url, workers, storage, cache))
 
-    def peer(name: str, python: Path) -> Callable[[], tuple[int, float]]:
+    def peer(name: str, python: Path) -> Callable[[], Epoch]:
         return lambda: peer_epoch(name, python, endpoint, storage, workers, manifest.num_samples)
 
     return {
@@ -272,14 +295,17 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
                 through = s3fs.S3FileSystem(skip_instance_cache=True, **options)
                 runs = contenders(local, through, endpoint, options, args, peers)
-                rates: dict[str, list[float]] = {name: [] for name in runs}
+                epochs: dict[str, list[Epoch]] = {name: [] for name in runs}
                 names = list(runs)
                 for r in range(args.rounds):
                     for name in names[r % len(names) :] + names[: r % len(names)]:
-                        images, seconds = runs[name]()
-                        rates[name].append(images / seconds)
-                row = {"delay_ms": delay, **{k: round(statistics.median(v)) for k, v in rates.items()}}
-                row["rounds"] = {k: [round(x) for x in v] for k, v in rates.items()}
+                        epochs[name].append(runs[name]())
+                row: dict[str, Any] = {
+                    "delay_ms": delay,
+                    **{k: round(statistics.median(e.rate for e in v)) for k, v in epochs.items()},
+                }
+                row["steady"] = {k: round(statistics.median(e.steady for e in v)) for k, v in epochs.items()}
+                row["rounds"] = {k: [round(e.rate) for e in v] for k, v in epochs.items()}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     return rows
@@ -289,30 +315,43 @@ PEER_ROWS = ("webdataset remote", *(f"{peer} remote" for peer in PEERS))  # "bes
 
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    names = [k for k in rows[0] if k not in ("delay_ms", "rounds")]
-    lines = [
-        "| img/s | " + " | ".join(f"{r['delay_ms']} ms" for r in rows) + " |",
-        "|---|" + "---:|" * len(rows),
-    ]
-    for name in names:
-        lines.append(f"| {name} | " + " | ".join(f"{r[name]:,}" for r in rows) + " |")
-    for r in rows:
-        best = min(r["imgpack local warm"], r["server ceiling (whole GETs)"])
-        peer = max((k for k in r if k in PEER_ROWS), key=lambda k: r[k])
-        r["ratios"] = {
-            "vs min(local, ceiling)": f"{r['imgpack remote'] / best:.2f}x",
-            "vs webdataset": f"{r['imgpack remote'] / r['webdataset remote']:.2f}x",
-            "vs best peer": f"{r['imgpack remote'] / r[peer]:.2f}x ({peer.removesuffix(' remote')})",
-            "vs read-ahead off": f"{r['imgpack remote'] / r['imgpack remote, read-ahead off']:.1f}x",
-        }
-    for key in rows[0]["ratios"]:
-        lines.append(f"| imgpack remote {key} | " + " | ".join(r["ratios"][key] for r in rows) + " |")
+    """The whole-epoch rates and their ratios; then, where the rows have them, the rates after
+    each epoch's first batch (the pace of a long epoch) and theirs."""
+    blocks = [("img/s, whole epoch", rows)]
+    if all("steady" in r for r in rows):
+        after = [{"delay_ms": r["delay_ms"], **r["steady"]} for r in rows]
+        blocks.append(("img/s after the first batch", after))
     conditions = (
         f"{args.n} images at 256 px in tar shards of {args.per_shard}, {args.server} S3 on 127.0.0.1, "
         f"batch {BATCH}, crop {CROP}, {args.workers} workers, {os.cpu_count()} CPUs, "
         f"median of {args.rounds} rounds"
     )
-    return conditions + "\n\n" + "\n".join(lines)
+    return conditions + "\n\n" + "\n\n".join(_block(title, block) for title, block in blocks)
+
+
+def _block(title: str, rows: list[dict[str, Any]]) -> str:
+    names = [k for k in rows[0] if k not in ("delay_ms", "rounds", "steady", "ratios")]
+    lines = [
+        f"| {title} | " + " | ".join(f"{r['delay_ms']} ms" for r in rows) + " |",
+        "|---|" + "---:|" * len(rows),
+    ]
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(f"{r[name]:,}" for r in rows) + " |")
+    ratios = [_ratios(r) for r in rows]
+    for key in ratios[0]:
+        lines.append(f"| imgpack remote {key} | " + " | ".join(r[key] for r in ratios) + " |")
+    return "\n".join(lines)
+
+
+def _ratios(r: dict[str, Any]) -> dict[str, str]:
+    best = min(r["imgpack local warm"], r["server ceiling (whole GETs)"])
+    peer = max((k for k in r if k in PEER_ROWS), key=lambda k: r[k])
+    return {
+        "vs min(local, ceiling)": f"{r['imgpack remote'] / best:.2f}x",
+        "vs webdataset": f"{r['imgpack remote'] / r['webdataset remote']:.2f}x",
+        "vs best peer": f"{r['imgpack remote'] / r[peer]:.2f}x ({peer.removesuffix(' remote')})",
+        "vs read-ahead off": f"{r['imgpack remote'] / r['imgpack remote, read-ahead off']:.1f}x",
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -177,16 +177,26 @@ def streaming_loader(url: str, endpoint: str, workers: int, cache: str) -> Calla
 
 
 def read(peer: str, url: str, endpoint: str, workers: int) -> dict[str, Any]:
-    """One epoch streamed into a fresh cache directory: images, distinct samples, seconds."""
+    """One epoch streamed into a fresh cache directory: images, distinct samples, seconds, and
+    the first batch's images and seconds."""
     make = litdata_loader if peer == "litdata" else streaming_loader
     with tempfile.TemporaryDirectory(prefix=f"{peer}-cache-") as cache:
         loader = make(url, endpoint, workers, cache)
         images, seen, started = 0, set(), time.perf_counter()
+        first = (0, 0.0)
         for batch in loader():
             images += len(batch["cls"])
             seen.update(batch["index"].tolist())
+            if first[0] == 0:
+                first = (images, time.perf_counter() - started)
         seconds = time.perf_counter() - started
-    return {"images": images, "distinct": len(seen), "seconds": seconds}
+    return {
+        "images": images,
+        "distinct": len(seen),
+        "seconds": seconds,
+        "first_batch_images": first[0],
+        "first_batch_s": first[1],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,7 +191,8 @@ if args[0] == "write":
 else:
     seen = {{k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "PYTHONPATH")}}
     print("a peer's own chatter")
-    print(json.dumps({{"images": 12, "distinct": {distinct}, "seconds": 0.5, "env": seen}}))
+    print(json.dumps({{"images": 12, "distinct": {distinct}, "seconds": 0.5, "first_batch_images": 4,
+                      "first_batch_s": 0.3, "env": seen}}))
 """)
     script.chmod(0o755)
     return script
@@ -224,7 +225,8 @@ def test_the_suite_exports_once_and_times_a_peer_through_its_child(tmp_path, mon
 
     monkeypatch.setenv("PYTHONPATH", "/somewhere/imgpack")
     storage = {"key": "K", "secret": "S", "client_kwargs": {"endpoint_url": "http://127.0.0.1:1"}}
-    assert peer_epoch("streaming", python, "http://127.0.0.1:2", storage, 2, expected=12) == (12, 0.5)
+    epoch = peer_epoch("streaming", python, "http://127.0.0.1:2", storage, 2, expected=12)
+    assert epoch == (12, 0.5, 4, 0.3) and epoch.rate == 24 and round(epoch.steady) == 40  # 8 images in 0.2 s
     calls = [json.loads(line) for line in (tmp_path / "calls").read_text().splitlines()]
     endpoint = ["--endpoint", "http://127.0.0.1:2"]
     assert calls == [
@@ -266,3 +268,11 @@ def test_the_object_storage_table_compares_imgpack_with_the_best_peer():
     assert "| imgpack remote vs webdataset | 1.50x | 1.50x |" in text
     alone = table([row(0)], args)  # no peer venv: webdataset is the best peer
     assert "| imgpack remote vs best peer | 1.50x (webdataset) |" in alone and "litdata" not in alone
+    steady = row(0, litdata=1200)
+    steady["steady"] = {k: v * 2 for k, v in steady.items() if k not in ("delay_ms", "rounds")}
+    steady["steady"]["imgpack remote"] = 3600  # after its first batch imgpack outpaces litdata's 2,400
+    both = table([steady], args)
+    whole, after = both.split("| img/s after the first batch |")
+    assert "| imgpack remote vs best peer | 0.50x (litdata) |" in whole
+    assert "| imgpack remote | 3,600 |" in after
+    assert "| imgpack remote vs best peer | 1.50x (litdata) |" in after
