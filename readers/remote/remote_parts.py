@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from readers.errors import ManifestError, OptionError
-from readers.remote.urls import ShardCache, join_url, remote_call, url_fs
+from readers.remote.urls import RemoteError, ShardCache, join_url, remote_call, url_fs
 
 T = TypeVar("T")
 
@@ -96,11 +96,22 @@ class RemoteParts:
         return self.cache.index(fs, self.remote_path(name), self.url(name), sha256, check)
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
-        """Bytes [start, end) of the object ``name`` (all of it by default), one request."""
+        """Bytes [start, end) of the object ``name`` (all of it by default), one request.
+
+        A whole object is asked for as the range from byte 0: s3fs would first ask for its size
+        (a second round trip for every index file and every BMP image). An empty object has no
+        such range (HTTP 416): it is then read the plain way."""
         fs, _ = self.fs
+        url, path = self.url(name), self.remote_path(name)
         try:
-            path = self.remote_path(name)
-            return remote_call(self.url(name), "reading", fs.cat_file, path, start=start, end=end)
+            if start is not None or end is not None:
+                return remote_call(url, "reading", fs.cat_file, path, start=start, end=end)
+            try:
+                return remote_call(url, "reading", fs.cat_file, path, start=0)
+            except RemoteError as exc:
+                if "satisfiable" not in str(exc).lower():
+                    raise
+                return remote_call(url, "reading", fs.cat_file, path)
         except FileNotFoundError:
             raise self.missing(name) from None
 

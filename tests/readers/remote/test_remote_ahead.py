@@ -261,3 +261,18 @@ def test_stalled_server_is_a_remote_error_within_the_bound(packed, monkeypatch, 
             waited = time.monotonic() - started
         monkeypatch.delenv("IMGPACK_REMOTE_TIMEOUT")
     assert waited < 4 * BOUND, waited
+
+
+def test_a_whole_part_is_one_request_and_an_empty_one_still_reads(tar_remote, s3):
+    from readers.remote.remote_parts import RemoteParts
+
+    _, url, options = tar_remote
+    fs, _ = s3
+    fs.pipe(f"{BUCKET}/ahead/empty.bin", b"")
+    with delayed(options["client_kwargs"]["endpoint_url"], 0) as proxy:
+        parts = RemoteParts(url, {"client_kwargs": {"endpoint_url": proxy.endpoint}})
+        parts.read("shard-000000.idx")  # the client's first request
+        before = proxy.requests
+        text = parts.read("shard-000001.idx")
+        assert proxy.requests - before == 1 and text == fs.cat_file(f"{BUCKET}/ahead/shard-000001.idx")
+        assert parts.read("empty.bin") == b""  # no byte 0 to ask for: read the plain way
