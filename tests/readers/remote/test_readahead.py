@@ -339,3 +339,46 @@ def test_pack_bench_cold_reads_the_tar_shards_by_webdataset_beside_imgpack(packe
         target = path if wrong else packed("lmdb", src=noise_folder)
         bad = run_cli("bench", target, "--cold", "--peer", "webdataset", *wrong)
         assert bad.returncode != 0 and "--peer" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_hinted_file_gets_no_kernel_readahead_past_what_is_read(tmp_path):
+    """Two neighbouring reads look sequential to the kernel, which then reads far past them
+    (read_ahead_kb); a file the hints have taken over is read where it is asked, no further."""
+    blob = tmp_path / "blob"
+    blob.write_bytes(os.urandom(32 << 20))
+    os.sync()
+
+    def read_past(take_over: bool) -> float:
+        evict(blob)
+        fd = os.open(blob, os.O_RDONLY)
+        try:
+            if take_over:
+                hints = ReadAhead(1 << 20, threads=0)
+                hints.on_group("pass", lambda g: [Extent(fd, 0, PIECE)], 1, 0)
+            for k in range(16):  # 16 x 64 KiB, each after the last: a sequential stream
+                os.pread(fd, 64 << 10, (8 << 20) + k * (64 << 10))
+            return resident([(fd, 9 << 20, 8 << 20)])  # the 8 MiB past the reads
+        finally:
+            os.close(fd)
+
+    assert read_past(take_over=True) == 0.0
+    assert read_past(take_over=False) > 0.05  # the control: the kernel read ahead of the stream
+
+
+def test_hints_cover_the_records_a_block_read_takes_with_it(packed, noise_folder):
+    """A block read takes the records in its gaps (up to the format's merge gap) too: they are
+    hinted with it, or they would come from the disk one by one at read time."""
+    from readers.formats import open_reader
+
+    reader = open_reader(packed("tar", src=noise_folder))
+    try:
+        reader.read_many([0])  # opens the shard: hints never open one
+        (extent,) = reader.extents(np.array([2, 6]))
+        index = reader.handle(0).index
+        wanted = {b for k in range(2, 7) for b in range(int(index.image_offset[k]), int(index.end[k]))}
+        covered = set()
+        for offset, length in zip(np.atleast_1d(extent.offset), np.atleast_1d(extent.length)):
+            covered.update(range(int(offset), int(offset + length)))
+        assert wanted - covered == set(), "bytes of records 3-5, read with 2 and 6, not hinted"
+    finally:
+        reader.close()
