@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from readers.errors import OptionError
+from readers.remote._range_plan import Request, as_table, plan_requests, read_ranges
 from readers.remote.urls import CALL_BOUND_ENV, RemoteError, call_bound
 
 MiB = 1 << 20
-Range = tuple[int, int, int]  # (shard position, start byte, end byte)
 
 
 @dataclass(frozen=True)
@@ -98,103 +98,6 @@ def ahead_settings(environ: Any = None) -> AheadSettings:
     return AheadSettings(**values)
 
 
-# -- planning -----------------------------------------------------------------------------------
-@dataclass
-class Request:
-    shard: int
-    start: int
-    end: int
-    uses: int = 0  # planned reads not yet served from it
-    future: Future | None = None
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start
-
-
-def plan_requests(reads: Sequence[Range], settings: AheadSettings) -> tuple[list[Request], list[int]]:
-    """(requests in the order the pass first needs them, the request serving each read).
-
-    ``reads`` are the byte ranges the consumer will ask for, in its order. They are cut into
-    stretches (``stretches``); inside one, ranges of a shard closer than the merge gap become one
-    request of at most ``request_bytes`` (a single bigger range is its own request).
-    """
-    requests: list[Request] = []
-    serving = [0] * len(reads)
-    for first, last in stretches(reads, settings):
-        merged = _merge(reads, range(first, last), settings)
-        merged.sort(key=lambda pair: min(pair[1]))  # by first need
-        for request, members in merged:
-            for k in members:
-                serving[k] = len(requests)
-            request.uses = len(members)
-            requests.append(request)
-    return requests, serving
-
-
-def stretches(reads: Sequence[Range], settings: AheadSettings) -> list[tuple[int, int]]:
-    """The reads cut into runs ``[first, last)`` of a quarter to the whole of the byte budget,
-    each cut where the fewest bytes are needed on both sides of it.
-
-    Ranges merged into one request must be needed at about the same time, or the request is held
-    (or fetched twice) across everything between. A shuffled order reads a shuffle window's blocks
-    all through the window, and a window's blocks are read by no other: cutting where a window
-    ends, as this does whenever a whole window fits between the bounds, fetches each block once.
-    "Needed on both sides" is measured on cells of the merge gap: a cell's bytes count from its
-    first read to its last."""
-    n = len(reads)
-    if n == 0:
-        return []
-    table = np.asarray(reads, dtype=np.int64).reshape(n, 3)
-    sizes = table[:, 2] - table[:, 1]
-    total = np.concatenate([[0], np.cumsum(sizes)])
-    gap = max(1, settings.merge_gap)
-    _, cell = np.unique(table[:, 0] * (1 << 40) + table[:, 1] // gap, return_inverse=True)
-    cell = cell.ravel()
-    k = np.arange(n)
-    first = np.full(cell.max() + 1, n, dtype=np.int64)
-    last = np.zeros_like(first)
-    low = np.full_like(first, np.iinfo(np.int64).max)
-    high = np.zeros_like(first)
-    np.minimum.at(first, cell, k)
-    np.maximum.at(last, cell, k)
-    np.minimum.at(low, cell, table[:, 1])
-    np.maximum.at(high, cell, table[:, 2])
-    # crossing[b]: bytes of cells read both before read b and from it on
-    delta = np.zeros(n + 2, dtype=np.int64)
-    np.add.at(delta, first + 1, high - low)
-    np.add.at(delta, last + 1, low - high)
-    crossing = np.cumsum(delta)
-    shortest, longest = max(1, settings.ahead_bytes // 4), max(1, settings.ahead_bytes)
-    out, start = [], 0
-    while start < n:
-        if total[n] - total[start] <= longest:
-            out.append((start, n))
-            break
-        lo = max(start + 1, int(np.searchsorted(total, total[start] + shortest)))
-        hi = max(lo, int(np.searchsorted(total, total[start] + longest, side="right")) - 1)
-        window = crossing[lo : hi + 1]
-        cut = hi - int(np.argmin(window[::-1]))  # the latest of the least-crossed boundaries
-        out.append((start, cut))
-        start = cut
-    return out
-
-
-def _merge(reads: Sequence[Range], which: range, settings: AheadSettings) -> list[tuple[Request, list[int]]]:
-    merged: list[tuple[Request, list[int]]] = []
-    for k in sorted(which, key=lambda k: reads[k]):
-        shard, start, end = reads[k]
-        if merged:
-            request, members = merged[-1]
-            near = request.shard == shard and start - request.end <= settings.merge_gap
-            if near and max(end, request.end) - request.start <= settings.request_bytes:
-                request.end = max(request.end, end)
-                members.append(k)
-                continue
-        merged.append((Request(shard, start, end), [k]))
-    return merged
-
-
 # -- fetching -----------------------------------------------------------------------------------
 class RangeFetcher:
     """Planned byte ranges fetched ahead on helper threads; ``take`` serves them in the planned order.
@@ -205,30 +108,30 @@ class RangeFetcher:
 
     def __init__(
         self,
-        reads: Sequence[Range],
+        reads: Any,
         fetch: Callable[[int, int, int], bytes],
         settings: AheadSettings,
         where: Callable[[int], str] = str,
         owners: np.ndarray | None = None,
         me: int = 0,
-        share: Callable[[list[Request], list[int]], Any] | None = None,
+        share: Callable[[list[Request], np.ndarray], Any] | None = None,
     ):
         self.fetch = fetch
         self.where = where  # a shard's URL, for errors
         self.settings = settings
-        self.requests, serving = plan_requests(reads, settings)
-        mine = np.arange(len(reads)) if owners is None else np.flatnonzero(np.asarray(owners) == me)
-        self.serving = [serving[k] for k in mine.tolist()]  # of this process's reads, in order
-        for request in self.requests:
-            request.uses = 0
-        for index in self.serving:
-            self.requests[index].uses += 1
-        self.needed = sorted(set(self.serving))  # the requests this process reads from
+        table = as_table(reads)
+        self.requests, serving = plan_requests(table, settings)
+        mine = np.arange(len(table)) if owners is None else np.flatnonzero(np.asarray(owners) == me)
+        self.serving = serving[mine].tolist()  # of this process's reads, in order
+        uses = np.bincount(serving[mine], minlength=len(self.requests)).tolist()
+        for request, count in zip(self.requests, uses):
+            request.uses = count
+        self.needed = np.flatnonzero(uses).tolist()  # the requests this process reads from
         self.spool = None if share is None else share(self.requests, serving)
-        self.planned_bytes = sum(reads[k][2] - reads[k][1] for k in mine.tolist())
-        self.waiting: dict[Range, deque[int]] = {}
-        for j, k in enumerate(mine.tolist()):
-            self.waiting.setdefault(tuple(reads[k]), deque()).append(j)  # type: ignore[arg-type]
+        self.planned_bytes = int((table[mine, 2] - table[mine, 1]).sum())
+        self.waiting: dict[tuple[int, int, int], deque[int]] = {}
+        for j, key in enumerate(map(tuple, table[mine].tolist())):
+            self.waiting.setdefault(key, deque()).append(j)
         self.next_read = 0  # planned reads before it are served or passed over
         self.done = bytearray(len(self.serving))  # 1: served, or passed over (then read directly if asked)
         self.next_submit = 0
@@ -396,11 +299,8 @@ def ranges_ahead(
     shards = part_order(reader, groups)
     with ThreadPoolExecutor(max(1, min(settings.requests, len(shards))), "imgpack-open") as pool:
         list(pool.map(reader.handle, shards))  # each shard's index: one request each, in parallel
-    reads, owners = [], []
-    for g, indices in enumerate(groups):
-        for position, a, b in shard_runs(reader, indices):
-            reads.append((position, *reader.byte_range(reader.handle(position), a, b)))
-            owners.append(0 if rank is None else int(rank.workers[g]))
+    reads, group = read_ranges(reader, groups)
+    owners = np.zeros(len(reads), dtype=np.int64) if rank is None else rank.workers[group]
 
     def fetch(position: int, start: int, end: int) -> bytes:
         return reader.handle(position).read(start, end - start)
@@ -411,7 +311,7 @@ def ranges_ahead(
         share = lambda requests, serving: rank_spool(reader, requests, serving, owners, rank, settings)  # noqa: E731
     fetcher = RangeFetcher(
         reads, fetch, settings, lambda position: reader.location(entries[position].file),
-        owners=None if rank is None else np.array(owners), me=0 if rank is None else rank.me, share=share,
+        owners=None if rank is None else owners, me=0 if rank is None else rank.me, share=share,
     )  # fmt: skip
     reader.ahead = fetcher
     try:
@@ -424,8 +324,8 @@ def ranges_ahead(
 def rank_spool(
     reader: Any,
     requests: list[Request],
-    serving: list[int],
-    owners: list[int],
+    serving: np.ndarray,
+    owners: np.ndarray,
     rank: RankPlan,
     settings: AheadSettings,
 ) -> Any:
@@ -434,8 +334,8 @@ def rank_spool(
     that planned the same pass of the same dataset meet in it."""
     from readers.remote._spool import Spool, spool_root
 
-    pairs = np.unique(np.array([serving, owners], dtype=np.int64).reshape(2, -1), axis=1)
-    needers = np.bincount(pairs[0], minlength=len(requests))
+    pairs = np.unique(serving.astype(np.int64) * rank.num_workers + owners)  # (request, worker) once each
+    needers = np.bincount(pairs // rank.num_workers, minlength=len(requests))
     dataset = hashlib.blake2b(digest_size=6)
     dataset.update(str(reader.root).encode())
     dataset.update("".join(s.sha256 or s.file for s in reader.manifest.shards).encode())
@@ -448,18 +348,6 @@ def rank_spool(
 
 
 # -- the pass -----------------------------------------------------------------------------------
-def shard_runs(reader: Any, indices: np.ndarray) -> Iterator[tuple[int, int, int]]:
-    """(shard position, local start, local stop) of each read ``reader.read_many(indices)`` makes."""
-    shards = reader.manifest.shards
-    for start, stop in reader.block_runs(indices):
-        index = start
-        while index < stop:
-            position = reader.manifest.shard_of(index)
-            end = min(stop, shards[position].stop)
-            yield position, index - shards[position].first, end - shards[position].first
-            index = end
-
-
 @dataclass(frozen=True)
 class RankPlan:
     """What every DataLoader worker of a rank reads in a pass: each group's sample indices in the
@@ -520,8 +408,10 @@ def fetching_ahead(stream: Any, epoch: int, positions: np.ndarray, groups: list)
 
 def part_order(reader: Any, planned: list[np.ndarray]) -> list[int]:
     """The reader's shard positions in the order ``planned`` reads first need them."""
-    seen: dict[int, None] = {}
-    for indices in planned:
-        for position, _, _ in shard_runs(reader, indices):
-            seen.setdefault(position, None)
-    return list(seen)
+    if not planned or not sum(len(p) for p in planned):
+        return []
+    index = np.concatenate([np.asarray(p, dtype=np.int64) for p in planned])
+    firsts = np.array([s.first for s in reader.manifest.shards], dtype=np.int64)
+    shard = np.searchsorted(firsts, index, side="right") - 1
+    positions, first = np.unique(shard, return_index=True)
+    return positions[np.argsort(first)].tolist()

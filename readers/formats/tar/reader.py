@@ -282,6 +282,11 @@ class TarReader(FormatReader):
         """Where the members of local records [a, b) of an open shard lie: [start, end)."""
         return int(opened.index.image_offset[a]), int(opened.index.end[b - 1])
 
+    def byte_ranges(self, position: int, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``byte_range`` for arrays of local records [a, b) of shard ``position`` (opened)."""
+        index = self.handle(position).index
+        return index.image_offset[a].astype(np.int64), index.end[b - 1].astype(np.int64)
+
     def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any, rank: Any = None) -> Any:
         from readers.remote.remote_ahead import ranges_ahead
 

@@ -10,7 +10,8 @@ import pytest
 from packer.bench.delay_proxy import delayed
 from readers import make_loader, mix, open_iterable
 from readers.errors import OptionError
-from readers.remote.remote_ahead import AheadSettings, ahead_settings, parse_size, plan_requests, stretches
+from readers.remote._range_plan import plan_requests, stretches
+from readers.remote.remote_ahead import AheadSettings, ahead_settings, parse_size
 from tests.support.s3server import BUCKET
 
 SPLIT = {"samples_per_shard": 10}
@@ -276,3 +277,31 @@ def test_a_whole_part_is_one_request_and_an_empty_one_still_reads(tar_remote, s3
         text = parts.read("shard-000001.idx")
         assert proxy.requests - before == 1 and text == fs.cat_file(f"{BUCKET}/ahead/shard-000001.idx")
         assert parts.read("empty.bin") == b""  # no byte 0 to ask for: read the plain way
+
+
+def test_the_planned_reads_are_the_reads_read_many_makes(packed):
+    """The plan (arrays, for a rank of 10^5+ reads) names each read as read_many makes it: blocks
+    of the merge gap with the records between, cut at shard ends, in each group's order."""
+    from readers.formats import open_reader
+    from readers.remote._range_plan import read_ranges
+
+    reader = open_reader(packed("tar", options=SPLIT, **SMALL))
+    rng = np.random.default_rng(1)
+    groups = [rng.choice(len(reader), size=int(rng.integers(1, 12)), replace=True) for _ in range(40)]
+    groups.append(np.array([8, 9, 10, 11, 12]))  # a block across a shard's end (10 a shard)
+    made = []
+    real = reader.read_local
+
+    def recording(position, a, b):
+        made.append((position, *reader.byte_range(reader.handle(position), a, b)))
+        return real(position, a, b)
+
+    reader.read_local = recording
+    try:
+        for group in groups:
+            reader.read_many(group)
+        table, group_of = read_ranges(reader, groups)
+    finally:
+        reader.close()
+    assert [tuple(row) for row in table.tolist()] == made
+    assert np.array_equal(np.diff(group_of) >= 0, np.ones(len(group_of) - 1, dtype=bool))
