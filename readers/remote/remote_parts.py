@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from readers.errors import ManifestError, OptionError
-from readers.remote.urls import RemoteError, ShardCache, join_url, remote_call, url_fs
+from readers.remote.urls import RemoteError, ShardCache, join_url, keep_inherited, remote_call, url_fs
 
 T = TypeVar("T")
 
@@ -55,6 +55,8 @@ class RemoteParts:
 
     def _this_process(self) -> None:
         if self._pid != os.getpid():
+            if self._fs is not None:  # the parent's, forked: never closed from here
+                keep_inherited(self._fs[0])
             self._fs = self._cache = None
             self._pid = os.getpid()
 

@@ -100,6 +100,37 @@ def _request_defaults(protocol: str) -> dict[str, Any]:
     return defaults
 
 
+# Filesystems a forked process got from its parent. Their connections belong to an event loop
+# running in a thread of the parent, which did not cross the fork: finalized here (when the child
+# drops them, or fsspec's cache does), s3fs closes them on the child's loop and every worker
+# prints "Task exception was never retrieved ... attached to a different loop". Held, they never are.
+_INHERITED: list[Any] = []
+
+
+def keep_inherited(fs: Any) -> None:
+    """Never let this process finalize ``fs``, a filesystem made before it was forked."""
+    _INHERITED.append(fs)
+
+
+def _keep_parents_filesystems() -> None:
+    """After a fork: hold every filesystem fsspec had cached in the parent."""
+    import sys
+
+    spec = sys.modules.get("fsspec.spec")  # never imported here: a process without fsspec has none
+    if spec is None:
+        return
+    classes = [spec.AbstractFileSystem]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        cache = cls.__dict__.get("_cache")
+        if isinstance(cache, dict):
+            _INHERITED.extend(cache.values())
+
+
+os.register_at_fork(after_in_child=_keep_parents_filesystems)
+
+
 class Progress:
     """Touched by a streaming call (an upload's callback): its bound counts from the last touch."""
 

@@ -258,3 +258,39 @@ def test_a_mix_of_two_remote_datasets_and_a_view_share_spools(tar_remote, s3, pa
     view = open_iterable(f"s3://{BUCKET}/spool-view", storage_options=options, batch_size=4, **READ)
     assert same(batches(make_loader(view, num_workers=2)), want)
     assert not list(spools.iterdir())
+
+
+def test_a_forked_worker_never_finalizes_its_parents_filesystems(tar_remote):
+    """A worker forked from a process that read the dataset holds its parent's filesystem objects,
+    whose connections belong to an event loop in a thread of the parent. Finalized in the worker
+    (fsspec drops its cache there, the reader drops its handle), s3fs closed them on the worker's
+    own loop: with kept-alive connections (s3rver's, AWS's), every worker printed "Task exception
+    was never retrieved ... attached to a different loop". The worker now holds them instead."""
+    import gc
+    import weakref
+
+    from readers.remote.remote_parts import RemoteParts
+    from readers.remote.urls import url_fs
+
+    _, url, options = tar_remote
+    cached = url_fs(url, options)[0]  # fsspec's cached instance, with a session
+    cached.cat_file(cached._strip_protocol(url) + "/manifest.json")
+    parts = RemoteParts(url, options)
+    own = parts.fs[0]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker
+        alive = "no"
+        try:
+            watch = [weakref.ref(cached), weakref.ref(own)]
+            del cached, own  # only fsspec's cache and the reader hold them now
+            _ = parts.fs  # the reader's first use here drops the parent's handle
+            url_fs(url, {**options, "default_block_size": 1 << 20})  # fsspec clears its cache here
+            gc.collect()
+            alive = "yes" if all(ref() is not None for ref in watch) else "no"
+        finally:
+            os.write(write, alive.encode())
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 8) == b"yes"
