@@ -96,6 +96,13 @@ def test_not_a_shard_is_one_clear_line(tmp_path):
     assert result.exit_code == 1 and "not a readable tar shard" in result.output
 
 
+def test_a_folder_of_shards_says_to_name_them(shards, tmp_path):
+    folder = shards[0].parent
+    result = CliRunner().invoke(main, ["webdataset", str(folder), "--to", "lmdb", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "no WebDataset sample" in result.output
+    assert f"it holds tar shards: name them (pack webdataset {folder}/*.tar" in result.output
+
+
 def write_shard(path, samples):
     path.parent.mkdir(parents=True, exist_ok=True)
     with wds.TarWriter(str(path)) as sink:
