@@ -92,7 +92,7 @@ def export_records(dataset: str, out: Path, block: int = 512) -> dict:
         for start in range(0, len(reader), block):
             records = reader.read_many(np.arange(start, min(start + block, len(reader))))
             for i, rec in enumerate(records, start):
-                if rec.encoding == "jpeg":
+                if rec.encoding == "jpeg" or bytes(rec.data[:3]) == b"\xff\xd8\xff":  # "original" JPEGs too
                     mode = MODES.index("jpg")
                 elif rec.encoding == "raw" and rec.channels == 3:
                     mode = MODES.index("raw")

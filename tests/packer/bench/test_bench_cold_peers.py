@@ -65,6 +65,18 @@ def test_the_beton_export_takes_raw_pixels_and_refuses_png(packed, tmp_path):
     assert (mode, height, width, len(data)) == ("raw", 32, 32, 32 * 32 * 3) and raw["short_side"] == [32, 32]
     with pytest.raises(BenchError, match="--encode jpeg"):
         _ffcv_peer.export_records(str(packed("lmdb", resize=32, encode="png")), tmp_path / "png")
+    from PIL import Image
+
+    from packer.engine.pack_run import pack_folder
+    from readers.formats.packed_sample import PreprocessSpec
+
+    for k in range(3):  # a folder of JPEGs packed as they are ("original"): FFCV takes their bytes
+        (tmp_path / "src" / "c").mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 30), (k * 80, 20, 90)).save(tmp_path / "src" / "c" / f"{k}.jpg")
+    pack_folder(tmp_path / "src", tmp_path / "orig", "lmdb", PreprocessSpec(encode="original"), workers=1)
+    kept = _ffcv_peer.export_records(str(tmp_path / "orig"), tmp_path / "original")
+    (mode, _, _, data), _ = Exported(tmp_path / "original")[0]
+    assert mode == "jpg" and bytes(data[:3]) == b"\xff\xd8\xff" and kept["images"] == 3
 
 
 def test_a_beton_is_written_once_per_manifest(packed, tmp_path):
