@@ -104,7 +104,14 @@ def run_epoch(
     env = code_env()  # this checkout's packer and readers (FFCV's Python runs its child from it too)
     with AnonymousPeak(cap) as anonymous:
         join = cap.join if cap is not None else None
-        measured = run_measured(cmd, check=False, timeout=settings.timeout, env=env, preexec_fn=join)
+        try:
+            measured = run_measured(cmd, check=False, timeout=settings.timeout, env=env, preexec_fn=join)
+        except TimeoutError:
+            who = f"{path} by {peer}" if peer else path
+            raise BenchError(
+                f"{who}: an epoch ran past {settings.timeout:g} s and was stopped; give a larger "
+                "--epoch-timeout (or a smaller dataset)"
+            ) from None
     if measured.returncode:
         killed = f" (killed: {cap.events()})" if cap is not None else ""
         tail = measured.stderr.strip().splitlines()[-3:]
@@ -363,6 +370,7 @@ def cold_command(
     peers: tuple[str, ...] = (),
     ffcv_python: str = _ffcv_peer.DEFAULT_PYTHON,
     peer_dir: str | None = None,
+    epoch_timeout: float = 900,
 ) -> None:
     """``pack bench --cold`` / ``--memory-cap``: run, print the table, write the JSON."""
     import click
@@ -399,7 +407,7 @@ def cold_command(
     settings = ColdSettings(
         workers=workers[-1], batch_size=batch_size, rounds=rounds, records_only=records_only, crop=crop,
         drop_caches=drop_caches, memory_cap=cap, seed=seed, readahead=budgets or (0,), peers=peers,
-        ffcv_python=ffcv_python, peer_dir=peer_dir,
+        ffcv_python=ffcv_python, peer_dir=peer_dir, timeout=epoch_timeout,
     )  # fmt: skip
     log = None if quiet else (lambda message: click.echo(message, err=True))
     try:

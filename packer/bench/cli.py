@@ -131,6 +131,13 @@ def bench() -> None:
     help="--peer ffcv: where the .beton files are written once and kept [default: imgpack-peers/ beside "
     "each dataset].",
 )
+@click.option(
+    "--epoch-timeout",
+    type=click.FloatRange(min=1),
+    default=900,
+    show_default=True,
+    help="--cold: seconds one epoch may take before it is stopped and the run ends with an error.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def compare(
     datasets: tuple[str, ...],
@@ -157,6 +164,7 @@ def compare(
     peers: tuple[str, ...],
     ffcv_python: str,
     peer_dir: str | None,
+    epoch_timeout: float,
     quiet: bool,
 ) -> None:
     """Measure how fast DATASET... load in PyTorch: images/s, MB/s, first batch, memory, random reads.
@@ -186,7 +194,8 @@ def compare(
         from packer.bench._cold import cold_command
 
         cold_command(list(datasets), workers, batch_size, memory_cap, records_only, drop_caches, rounds, crop,
-                     seed, json_path, quiet, readahead, peers, ffcv_python, peer_dir)  # fmt: skip
+                     seed, json_path, quiet, readahead, peers, ffcv_python, peer_dir,
+                     epoch_timeout)  # fmt: skip
         return
     settings = Settings(workers, batch_size, epochs, decode, random_reads, seed, augment, augment_size)
     log = None if quiet else (lambda message: click.echo(message, err=True))

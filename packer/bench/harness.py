@@ -113,11 +113,17 @@ class Measured:
 def run_measured(
     cmd: list[str], interval: float = 0.05, timeout: float | None = None, check: bool = True, **popen: Any
 ) -> Measured:
-    """Run ``cmd`` in a fresh process, sampling the peak memory of its process tree from outside."""
+    """Run ``cmd`` in a fresh process, sampling the peak memory of its process tree from outside.
+    Past ``timeout`` seconds the process is killed and ``TimeoutError`` raised."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
     with MemorySampler(proc.pid, interval) as sampler:
-        out, err = proc.communicate(timeout=timeout)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # its DataLoader workers see their parent gone and end
+            proc.communicate()
+            raise TimeoutError(f"{' '.join(map(str, cmd))}: no result within {timeout:g} s") from None
     seconds = time.perf_counter() - start
     if check and proc.returncode:
         raise BenchError(f"{' '.join(map(str, cmd))} failed (exit {proc.returncode}):\n{err}")

@@ -185,3 +185,20 @@ def test_device_read_bytes_counts_what_an_evicted_file_costs_the_disk(tmp_path):
     path.read_bytes()
     assert device_read_bytes(path) - before >= 8 << 20
     assert device_read_bytes("/dev/shm") is None  # a tmpfs has no block device
+
+
+def test_an_epoch_past_its_timeout_is_stopped_and_a_clear_error(monkeypatch, tmp_path):
+    marker = tmp_path / "pid"
+    sleeper = [
+        sys.executable,
+        "-c",
+        f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(60)",
+    ]
+    monkeypatch.setattr(_cold, "epoch_command", lambda *args, **kwargs: sleeper)
+    with pytest.raises(
+        BenchError,
+        match=r"ds.lmdb by ffcv: an epoch ran past 1 s and was stopped; give a larger --epoch-timeout",
+    ):
+        _cold.run_epoch("ds.lmdb", ColdSettings(timeout=1), 0, 0, peer="ffcv")
+    pid = int(marker.read_text())
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
