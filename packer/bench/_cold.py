@@ -105,7 +105,10 @@ def run_epoch(
     with AnonymousPeak(cap) as anonymous:
         join = cap.join if cap is not None else None
         try:
-            measured = run_measured(cmd, check=False, timeout=settings.timeout, env=env, preexec_fn=join)
+            # resident sets only, seldom: PSS sampling slowed a 1.7 GB FFCV process several times over
+            measured = run_measured(
+                cmd, interval=0.5, check=False, timeout=settings.timeout, pss=False, env=env, preexec_fn=join
+            )
         except TimeoutError:
             who = f"{path} by {peer}" if peer else path
             raise BenchError(

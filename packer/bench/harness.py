@@ -42,18 +42,20 @@ class MemorySampler:
 
     ``peak_rss`` adds up each process's resident set (pages shared by forked workers count once
     per process); ``peak_pss`` adds up proportional set sizes (shared pages split between the
-    processes), or is None where smaps cannot be read. ``pid`` defaults to this process. Reading
-    PSS walks page tables: a short ``interval`` steals CPU from many-process loaders.
+    processes), or is None where smaps cannot be read (or ``pss=False``: RSS only). ``pid``
+    defaults to this process. Reading PSS parses every mapping of every process: a short
+    ``interval`` steals CPU from many-process loaders, and from a process of gigabytes (FFCV's
+    page buffers) enough to slow it several times over.
     """
 
-    def __init__(self, pid: int | None = None, interval: float = 0.02):
+    def __init__(self, pid: int | None = None, interval: float = 0.02, pss: bool = True):
         import psutil
 
         self._psutil = psutil
         self.process = psutil.Process(pid)
         self.interval = interval
         self.peak_rss = 0
-        self.peak_pss: int | None = 0
+        self.peak_pss: int | None = 0 if pss else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -111,13 +113,19 @@ class Measured:
 
 
 def run_measured(
-    cmd: list[str], interval: float = 0.05, timeout: float | None = None, check: bool = True, **popen: Any
+    cmd: list[str],
+    interval: float = 0.05,
+    timeout: float | None = None,
+    check: bool = True,
+    pss: bool = True,
+    **popen: Any,
 ) -> Measured:
-    """Run ``cmd`` in a fresh process, sampling the peak memory of its process tree from outside.
-    Past ``timeout`` seconds the process is killed and ``TimeoutError`` raised."""
+    """Run ``cmd`` in a fresh process, sampling the peak memory of its process tree from outside
+    (``pss=False``: resident sets only, which costs the measured process nothing). Past
+    ``timeout`` seconds the process is killed and ``TimeoutError`` raised."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
-    with MemorySampler(proc.pid, interval) as sampler:
+    with MemorySampler(proc.pid, interval, pss) as sampler:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -127,8 +135,7 @@ def run_measured(
     seconds = time.perf_counter() - start
     if check and proc.returncode:
         raise BenchError(f"{' '.join(map(str, cmd))} failed (exit {proc.returncode}):\n{err}")
-    pss = sampler.peak_pss or None
-    return Measured(seconds, sampler.peak_rss, pss, proc.returncode, out, err)
+    return Measured(seconds, sampler.peak_rss, sampler.peak_pss or None, proc.returncode, out, err)
 
 
 # -- fresh processes ------------------------------------------------------------------------------

@@ -145,6 +145,8 @@ def test_run_measured_samples_the_command_tree_from_outside():
     assert run.peak_pss_bytes is None or 250_000_000 <= run.peak_pss_bytes <= run.peak_rss_bytes
     with pytest.raises(BenchError, match="exit 3"):
         run_measured([sys.executable, "-c", "import sys; sys.exit(3)"])
+    light = run_measured([sys.executable, "-c", spawn], interval=0.01, pss=False)  # resident sets only
+    assert light.peak_rss_bytes >= 250_000_000 and light.peak_pss_bytes is None
 
 
 def test_epoch_timer_counts_batches_and_takes_turns():
