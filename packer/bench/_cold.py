@@ -56,6 +56,7 @@ class ColdSettings:
     peers: tuple[str, ...] = ()  # read the datasets with these too: webdataset (tar), ffcv
     ffcv_python: str = _ffcv_peer.DEFAULT_PYTHON
     peer_dir: str | None = None  # where a peer's own copy (FFCV's .beton) lives; None: beside the dataset
+    ffcv_page_size: int = _ffcv_peer.DEFAULT_PAGE_SIZE  # the .beton's pages: what FFCV holds per page read
     seed: int = 0
     timeout: float = 900
 
@@ -176,6 +177,13 @@ def damon_state() -> str:
     return f"kdamonds {','.join(states) or 'none'}; schemes {','.join(actions) or 'none'}"
 
 
+def peer_name(peer: str, settings: ColdSettings) -> str:
+    """A peer's name in the table: FFCV's with its page size where it is not FFCV's default."""
+    if peer == "ffcv" and settings.ffcv_page_size != _ffcv_peer.DEFAULT_PAGE_SIZE:
+        return f"ffcv, {settings.ffcv_page_size >> 20} MiB pages"
+    return peer
+
+
 def disk_rate(path: str) -> float:
     """The disk's sequential read rate in bytes/s, reading ``path``'s files after evicting them."""
     evict(path)
@@ -198,14 +206,15 @@ def run_cold(datasets: list[str], settings: ColdSettings, log: Callable[[str], N
         beton = None
         if "ffcv" in settings.peers:
             python, workers = settings.ffcv_python, settings.workers
-            beton = _ffcv_peer.ensure_beton(path, settings.peer_dir, python, workers, say)
+            pages = settings.ffcv_page_size
+            beton = _ffcv_peer.ensure_beton(path, settings.peer_dir, python, workers, say, pages)
         cap = None
         if settings.memory_cap is not None:
             cap = MemoryCap(settings.memory_cap)
         try:
             for rnd in range(settings.rounds):
                 for peer, readahead in readers if rnd % 2 == 0 else readers[::-1]:
-                    fmt = f"{peer} ({manifest.format})" if peer else manifest.format
+                    fmt = f"{peer_name(peer, settings)} ({manifest.format})" if peer else manifest.format
                     own = beton if peer == "ffcv" else None
                     rows.append(_one_round(path, fmt, size, settings, readahead, rnd, cap, say, peer, own))
         finally:
@@ -373,6 +382,7 @@ def cold_command(
     peers: tuple[str, ...] = (),
     ffcv_python: str = _ffcv_peer.DEFAULT_PYTHON,
     peer_dir: str | None = None,
+    ffcv_page_size: str = "8M",
     epoch_timeout: float = 900,
 ) -> None:
     """``pack bench --cold`` / ``--memory-cap``: run, print the table, write the JSON."""
@@ -400,6 +410,12 @@ def cold_command(
         problem = _ffcv_peer.python_problem(ffcv_python)
         if problem:
             raise click.BadParameter(problem, param_hint="--ffcv-python")
+    try:
+        pages = parse_bytes(ffcv_page_size, "--ffcv-page-size")
+    except OptionError as exc:
+        raise click.BadParameter(str(exc), param_hint="--ffcv-page-size") from None
+    if _ffcv_peer.page_size_problem(pages):
+        raise click.BadParameter(str(_ffcv_peer.page_size_problem(pages)), param_hint="--ffcv-page-size")
     cap = parse_bytes(memory_cap, "--memory-cap") if memory_cap else None
     try:
         budgets = tuple(
@@ -410,7 +426,7 @@ def cold_command(
     settings = ColdSettings(
         workers=workers[-1], batch_size=batch_size, rounds=rounds, records_only=records_only, crop=crop,
         drop_caches=drop_caches, memory_cap=cap, seed=seed, readahead=budgets or (0,), peers=peers,
-        ffcv_python=ffcv_python, peer_dir=peer_dir, timeout=epoch_timeout,
+        ffcv_python=ffcv_python, peer_dir=peer_dir, ffcv_page_size=pages, timeout=epoch_timeout,
     )  # fmt: skip
     log = None if quiet else (lambda message: click.echo(message, err=True))
     try:

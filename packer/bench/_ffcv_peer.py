@@ -31,6 +31,8 @@ from packer.bench.harness import BenchError, code_env
 CHILD = "packer.bench.ffcv_epoch"  # run by FFCV's interpreter
 DEFAULT_PYTHON = "/work/ffcv-venv/bin/python"
 PEER_DIR = "imgpack-peers"  # beside a dataset, unless --peer-dir names another folder
+DEFAULT_PAGE_SIZE = 8 << 20  # FFCV 1.0.2's DatasetWriter default (4 x its 2 MiB minimum)
+MIN_PAGE_SIZE, MAX_PAGE_SIZE = 2 << 20, 1 << 32  # FFCV's bounds: a power of 2 in [2 MiB, 4 GiB)
 BUILD = (
     "build it with: apt-get install -y libopencv-dev libturbojpeg0-dev pkg-config && "
     "python3 -m venv /work/ffcv-venv && /work/ffcv-venv/bin/pip install -c constraints.txt torch==2.13.0 && "
@@ -72,11 +74,19 @@ def peer_folder(dataset: str, peer_dir: str | None) -> Path:
     return Path(peer_dir) if peer_dir else Path(dataset).resolve().parent / PEER_DIR
 
 
-def beton_path(dataset: str, peer_dir: str | None) -> Path:
+def page_size_problem(page_size: int) -> str | None:
+    """Why FFCV's writer would refuse ``page_size`` (one line), or None."""
+    if page_size < MIN_PAGE_SIZE or page_size >= MAX_PAGE_SIZE or page_size & (page_size - 1):
+        return f"{page_size} bytes: FFCV's pages are a power of 2 from 2 MiB up to (not including) 4 GiB"
+    return None
+
+
+def beton_path(dataset: str, peer_dir: str | None, page_size: int = DEFAULT_PAGE_SIZE) -> Path:
     """Where the ``.beton`` of ``dataset`` lives: its name and its manifest's sha256 (a re-packed
-    dataset gets a new one)."""
+    dataset gets a new one), and its page size where it is not FFCV's default."""
     sha = hashlib.sha256((Path(dataset) / "manifest.json").read_bytes()).hexdigest()[:16]
-    return peer_folder(dataset, peer_dir) / f"{Path(dataset).resolve().name}-{sha}.beton"
+    pages = "" if page_size == DEFAULT_PAGE_SIZE else f"-pages{page_size >> 20}M"
+    return peer_folder(dataset, peer_dir) / f"{Path(dataset).resolve().name}-{sha}{pages}.beton"
 
 
 def export_records(dataset: str, out: Path, block: int = 512) -> dict:
@@ -111,10 +121,17 @@ def export_records(dataset: str, out: Path, block: int = 512) -> dict:
 
 
 def ensure_beton(
-    dataset: str, peer_dir: str | None, python: str, workers: int, say: Callable[[str], None]
+    dataset: str,
+    peer_dir: str | None,
+    python: str,
+    workers: int,
+    say: Callable[[str], None],
+    page_size: int = DEFAULT_PAGE_SIZE,
 ) -> Beton:
-    """The ``.beton`` of ``dataset``: the one a previous run wrote, else written now."""
-    path = beton_path(dataset, peer_dir)
+    """The ``.beton`` of ``dataset`` in pages of ``page_size`` bytes: the one a previous run wrote,
+    else written now. FFCV's reader with ``os_cache=False`` holds whole pages in memory (a few per
+    batch in flight), so the page size sets its memory."""
+    path = beton_path(dataset, peer_dir, page_size)
     done = path.with_suffix(".json")  # written last: the .beton beside it is complete
     if not done.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +140,7 @@ def ensure_beton(
         say(f"{dataset}: writing its stored bytes as FFCV's {path} (once)")
         try:
             facts = export_records(dataset, export)
-            settings = {"export": str(export), "beton": str(part), "workers": workers}
+            settings = {"export": str(export), "beton": str(part), "workers": workers, "page_size": page_size}
             cmd = [python, "-m", CHILD, "write", json.dumps(settings)]
             run = subprocess.run(cmd, capture_output=True, text=True, env=code_env())
             if run.returncode:

@@ -132,6 +132,13 @@ def bench() -> None:
     "each dataset].",
 )
 @click.option(
+    "--ffcv-page-size",
+    default="8M",
+    show_default=True,
+    help="--peer ffcv: the .beton's page size (FFCV's default 8M; 2M is its least). FFCV with os_cache=False "
+    "holds whole pages in memory, a few per batch in flight: smaller pages, less memory.",
+)
+@click.option(
     "--epoch-timeout",
     type=click.FloatRange(min=1),
     default=900,
@@ -164,6 +171,7 @@ def compare(
     peers: tuple[str, ...],
     ffcv_python: str,
     peer_dir: str | None,
+    ffcv_page_size: str,
     epoch_timeout: float,
     quiet: bool,
 ) -> None:
@@ -195,7 +203,7 @@ def compare(
 
         cold_command(list(datasets), workers, batch_size, memory_cap, records_only, drop_caches, rounds, crop,
                      seed, json_path, quiet, readahead, peers, ffcv_python, peer_dir,
-                     epoch_timeout)  # fmt: skip
+                     ffcv_page_size, epoch_timeout)  # fmt: skip
         return
     settings = Settings(workers, batch_size, epochs, decode, random_reads, seed, augment, augment_size)
     log = None if quiet else (lambda message: click.echo(message, err=True))

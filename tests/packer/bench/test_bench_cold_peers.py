@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -145,6 +146,40 @@ def test_a_peer_with_files_of_its_own_is_evicted_and_counted_by_them(packed, tmp
     assert "| ffcv (lmdb) | its own |" in table and "| 3.0x |" in table  # the .beton's 3 MiB / 1 MiB cap
 
 
+def fake_ffcv_python(folder):
+    """A Python that can ``import ffcv.loader`` (an empty package), so the checks after it are reached."""
+    (folder / "fake" / "ffcv").mkdir(parents=True, exist_ok=True)
+    (folder / "fake" / "ffcv" / "__init__.py").write_text("")
+    (folder / "fake" / "ffcv" / "loader.py").write_text("")
+    python = folder / "fake-python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={folder / "fake"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
+def test_a_beton_has_the_page_size_asked_for(packed, tmp_path, monkeypatch):
+    """FFCV's memory with os_cache=False is whole pages: --ffcv-page-size writes a .beton of its own
+    (named by the size), hands the size to FFCV's writer, and names it in the table."""
+    path = str(packed("lmdb", resize=64))
+    default = _ffcv_peer.beton_path(path, str(tmp_path))
+    small = _ffcv_peer.beton_path(path, str(tmp_path), 2 << 20)
+    assert small != default and small.name.endswith("-pages2M.beton") and small.parent == default.parent
+    assert _ffcv_peer.page_size_problem(2 << 20) is None and _ffcv_peer.page_size_problem(8 << 20) is None
+    assert _ffcv_peer.page_size_problem(1 << 20) and _ffcv_peer.page_size_problem(3 << 20)
+    handed = []
+
+    def fake_run(cmd, **kwargs):
+        handed.append(json.loads(cmd[4]))
+        open(handed[-1]["beton"], "wb").write(b"\1" * 100)  # what the writer leaves
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(_ffcv_peer.subprocess, "run", fake_run)
+    beton = _ffcv_peer.ensure_beton(path, str(tmp_path), "/ffcv/python", 1, lambda m: None, 2 << 20)
+    assert handed[0]["page_size"] == 2 << 20 and beton.path == small and beton.bytes == 100
+    assert _cold.peer_name("ffcv", ColdSettings(ffcv_page_size=2 << 20)) == "ffcv, 2 MiB pages"
+    assert _cold.peer_name("ffcv", ColdSettings()) == "ffcv" and _cold.peer_name("webdataset", ColdSettings())
+
+
 def test_the_cli_checks_the_ffcv_options(packed, tmp_path):
     from packer.bench.cli import compare
 
@@ -156,9 +191,13 @@ def test_the_cli_checks_the_ffcv_options(packed, tmp_path):
         (["--ffcv-python", sys.executable], ["--ffcv-python", "cannot import ffcv", "python3 -m venv"]),
         (["--records-only"], ["--peer", "drop --records-only"]),
         (["--peer-dir", str(path / "peers")], ["--peer-dir", "inside the dataset"]),
+        (["--ffcv-page-size", "3M"], ["--ffcv-page-size", "power of 2 from 2 MiB"]),
+        (["--ffcv-page-size", "1M"], ["--ffcv-page-size", "power of 2 from 2 MiB"]),
+        (["--ffcv-page-size", "lots"], ["--ffcv-page-size"]),
     ]
     for extra, said in cases:
-        bad = run_cli("bench", path, "--cold", "--peer", "ffcv", *extra)
+        python = [] if "--ffcv-python" in extra else ["--ffcv-python", str(fake_ffcv_python(tmp_path))]
+        bad = run_cli("bench", path, "--cold", "--peer", "ffcv", *python, *extra)
         assert bad.returncode != 0 and "Traceback" not in bad.stderr, bad.stderr
         assert all(words in bad.stderr for words in said), bad.stderr
     assert not (path / "peers").exists()
