@@ -414,8 +414,9 @@ def cold_command(
         pages = parse_bytes(ffcv_page_size, "--ffcv-page-size")
     except OptionError as exc:
         raise click.BadParameter(str(exc), param_hint="--ffcv-page-size") from None
-    if _ffcv_peer.page_size_problem(pages):
-        raise click.BadParameter(str(_ffcv_peer.page_size_problem(pages)), param_hint="--ffcv-page-size")
+    problem = _ffcv_peer.page_size_problem(pages)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--ffcv-page-size")
     cap = parse_bytes(memory_cap, "--memory-cap") if memory_cap else None
     try:
         budgets = tuple(

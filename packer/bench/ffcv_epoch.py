@@ -118,8 +118,8 @@ def write_beton(settings: dict[str, Any]) -> None:
     image = RGBImageField(write_mode="jpg", max_resolution=None)
     image.encode = types.MethodType(encode_stored, image)  # type: ignore[method-assign]
     fields = {"image": image, "label": IntField()}
-    pages = {"page_size": settings["page_size"]} if "page_size" in settings else {}
-    writer = DatasetWriter(settings["beton"], fields, num_workers=settings.get("workers", 2), **pages)
+    workers, page_size = settings.get("workers", 2), settings["page_size"]
+    writer = DatasetWriter(settings["beton"], fields, num_workers=workers, page_size=page_size)
     writer.from_indexed_dataset(Exported(settings["export"]))
 
 

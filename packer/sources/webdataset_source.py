@@ -147,7 +147,7 @@ def scan_webdataset(root: Path, where: str, problems: dict[str, str] | None = No
         label = fields.pop("label", -1)
         rows.append(Row(images[0], label, fields, f"{where}: sample {key}"))
     if not rows:
-        shards = sorted(str(p.relative_to(root)) for p in root.glob("*.tar"))
+        shards = any(root.glob("*.tar"))
         hint = f"; it holds tar shards: name them (pack webdataset {root}/*.tar ...)" if shards else ""
         raise ImgpackError(f"{where}: no WebDataset sample (files sharing a stem, one an image) found{hint}")
     classes = implied_classes([r.label for r in rows], len(rows))
