@@ -28,6 +28,7 @@ chunk or from their last progress, not in total.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import hashlib
@@ -233,6 +234,37 @@ def read_url(url: str, storage_options: dict[str, Any] | None = None) -> bytes:
     return remote_call(url, "reading", fs.cat_file, path)
 
 
+def part_name(final: Path) -> Path:
+    """The temporary name a download of ``final`` is written under: one per process and thread, so
+    two threads of one reader never write (or rename away) each other's file."""
+    return final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.part")
+
+
+@contextlib.contextmanager
+def held_lock(path: Path) -> Iterator[Path]:
+    """Hold an exclusive ``flock`` on the lock file at ``path``, the one the path names now.
+
+    A lock file is unlinked by its holder when done and by ``ShardCache.clean`` when nobody holds
+    it, so the file opened may no longer be the one at ``path`` once the lock is granted: two
+    holders of different files would then download at once. Such a lock is dropped and taken again.
+    """
+    import fcntl
+
+    while True:
+        lock = open(path, "a+b")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                current = os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                yield path
+                return
+        finally:
+            lock.close()
+
+
 def remote_chunks(fs: Any, remote: str, url: str, what: str) -> Iterator[bytes]:
     """The object's bytes in DOWNLOAD_CHUNK pieces, each read a bounded remote call."""
     src = remote_call(url, what, fs.open, remote, "rb", block_size=DOWNLOAD_CHUNK)
@@ -263,7 +295,7 @@ class ShardCache:
         import fcntl
 
         for part in self.dir.glob(".*.part"):
-            pid = part.name.rsplit(".", 2)[-2]
+            pid = part.name.rsplit(".", 3)[-3]  # .<name>.<pid>.<thread>.part
             if pid.isdigit() and pid_alive(int(pid)):
                 continue
             part.unlink(missing_ok=True)
@@ -290,18 +322,13 @@ class ShardCache:
         A copy of the wrong size is always replaced; with ``verify`` the copy's sha256 is also
         checked once per process, and a corrupt copy replaced. ``size`` None: not recorded.
         """
-        import fcntl
-
         final = self.path(sha256, suffix)
         if self._usable(final, size, sha256, verify):
             return final
-        lock_path = self.dir / f"{sha256}.lock"
-        with open(lock_path, "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another worker may be fetching this shard right now
-            if not self._usable(final, size, sha256, verify):
+        with held_lock(self.dir / f"{sha256}.lock") as lock_path:
+            if not self._usable(final, size, sha256, verify):  # another worker may have fetched it
                 self._download(fs, remote, url, final, size, sha256)
-            # Unlinked while held: a waiter then locks an orphan and may download again, harmless.
-            lock_path.unlink(missing_ok=True)
+            lock_path.unlink(missing_ok=True)  # while held: a waiter finds it gone and locks anew
         self.evict(keep=final)
         return final
 
@@ -320,7 +347,7 @@ class ShardCache:
             raise self.unusable(cached, url, exc) from None
         text = remote_call(url, "reading the index", fs.cat_file, remote_index).decode("ascii", "replace")
         result = check(text, url)
-        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.part")
+        tmp = part_name(cached)
         try:
             tmp.write_text(text, encoding="ascii", errors="replace")
             os.replace(tmp, cached)
@@ -354,7 +381,7 @@ class ShardCache:
             return False
 
     def _download(self, fs: Any, remote: str, url: str, final: Path, size: int | None, sha256: str) -> None:
-        tmp = final.with_name(f".{final.name}.{os.getpid()}.part")
+        tmp = part_name(final)
         digest = hashlib.sha256()
         got = 0
 

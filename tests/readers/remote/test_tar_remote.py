@@ -176,8 +176,8 @@ def test_corrupt_cached_shard_is_downloaded_again_under_verify(remote, tmp_path)
 
 def test_leftover_part_and_lock_files_are_cleaned(remote, tmp_path):
     local, url, options = remote
-    dead = tmp_path / f".{'a' * 64}.tar.{2**22 + 12345}.part"
-    live = tmp_path / f".{'b' * 64}.tar.{os.getpid()}.part"
+    dead = tmp_path / f".{'a' * 64}.tar.{2**22 + 12345}.140.part"  # .<name>.<pid>.<thread>.part
+    live = tmp_path / f".{'b' * 64}.tar.{os.getpid()}.140.part"
     unheld = tmp_path / f"{'c' * 64}.lock"
     for path in (dead, live, unheld):
         path.write_bytes(b"x")
