@@ -386,7 +386,12 @@ def cold_command(
     epoch_timeout: float = 900,
 ) -> None:
     """``pack bench --cold`` / ``--memory-cap``: run, print the table, write the JSON."""
+    import signal
+
     import click
+
+    # SIGTERM stops like Ctrl-C: the running epoch is killed and the memory cgroup removed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     from readers.remote.readahead import parse_bytes
 

@@ -132,6 +132,10 @@ def run_measured(
             proc.kill()  # its DataLoader workers see their parent gone and end
             proc.communicate()
             raise TimeoutError(f"{' '.join(map(str, cmd))}: no result within {timeout:g} s") from None
+        except BaseException:  # Ctrl-C or SIGTERM of the benchmark: the measured run ends too
+            proc.kill()
+            proc.wait()
+            raise
     seconds = time.perf_counter() - start
     if check and proc.returncode:
         raise BenchError(f"{' '.join(map(str, cmd))} failed (exit {proc.returncode}):\n{err}")

@@ -6,18 +6,25 @@
 - ``drop_all_caches``: the whole machine's (``echo 3 > /proc/sys/vm/drop_caches``, root).
 - ``resident``: which part of byte ranges is cached, page by page (``mincore``).
 - ``MemoryCap``: a memory cgroup (v2 ``memory.max``, else v1 ``memory.limit_in_bytes``) under
-  this process's own, for the process tree of one measured epoch.
+  this process's own, for the process tree of one measured epoch. Removing it stops what still
+  runs in it (an epoch cut short), and a new one removes those a killed benchmark left behind.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import signal
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 from readers.errors import ImgpackError
+from readers.process import pid_alive
 
 PAGE = 4096
+CAP_PREFIX = "imgpack-bench-"
+_OWNED_CAP = re.compile(re.escape(CAP_PREFIX) + r"(\d+)$")  # named after the benchmark's pid
 
 
 class CacheError(ImgpackError):
@@ -172,7 +179,7 @@ class MemoryCap:
 
     def __init__(self, limit: int, name: str = ""):
         self.limit = limit
-        self.path, self.version = self._create(name or f"imgpack-bench-{os.getpid()}")
+        self.path, self.version = self._create(name or f"{CAP_PREFIX}{os.getpid()}")
 
     @staticmethod
     def _own(controller: str) -> tuple[str, str]:
@@ -186,19 +193,26 @@ class MemoryCap:
                 return "2", line[3:]
         raise CacheError("/proc/self/cgroup: this process is in no cgroup")
 
-    def _create(self, name: str) -> tuple[Path, str]:
-        version, own = self._own("memory")
+    @classmethod
+    def parent(cls) -> tuple[Path, str]:
+        """(the cgroup caps are made in: this process's own, its cgroup version)."""
+        version, own = cls._own("memory")
         if version == "1":
-            base = Path("/sys/fs/cgroup/memory") / own.lstrip("/")
+            return Path("/sys/fs/cgroup/memory") / own.lstrip("/"), version
+        mount = Path("/sys/fs/cgroup/unified")
+        mount = mount if mount.is_dir() else Path("/sys/fs/cgroup")
+        return mount / own.lstrip("/"), version
+
+    def _create(self, name: str) -> tuple[Path, str]:
+        base, version = self.parent()
+        if version == "1":
             limit_file = "memory.limit_in_bytes"
         else:
-            mount = Path("/sys/fs/cgroup/unified")
-            mount = mount if mount.is_dir() else Path("/sys/fs/cgroup")
-            base = mount / own.lstrip("/")
             limit_file = "memory.max"
             controllers = (base / "cgroup.controllers").read_text().split() if base.is_dir() else []
             if "memory" not in controllers:
                 raise CacheError(f"{base}: the memory controller is not enabled for this cgroup (v2)")
+        remove_stale_caps(base)
         path = base / name
         try:
             path.mkdir(exist_ok=True)
@@ -241,8 +255,47 @@ class MemoryCap:
         except OSError:
             return ""
 
-    def remove(self) -> None:
+    def remove(self) -> bool:
+        """Stop the processes still in the cgroup (an epoch interrupted mid-way, its DataLoader
+        workers) and remove it; whether it is gone."""
+        return remove_cgroup(self.path)
+
+
+def remove_cgroup(path: Path, wait: float = 5.0) -> bool:
+    """Kill every process in the cgroup at ``path`` and remove it (a cgroup with members cannot be
+    removed; a killed process leaves it a moment later); whether it is gone within ``wait`` s."""
+    deadline = time.monotonic() + wait
+    while True:
         try:
-            self.path.rmdir()
+            members = [int(pid) for pid in (path / "cgroup.procs").read_text().split()]
         except OSError:
-            pass
+            members = []
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            path.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+
+def remove_stale_caps(base: Path) -> list[Path]:
+    """Remove the caps under ``base`` whose benchmark process is gone (killed before its cleanup,
+    e.g. by SIGKILL), with whatever still runs in them; the ones removed."""
+    removed: list[Path] = []
+    try:
+        children = list(base.iterdir())
+    except OSError:
+        return removed
+    for child in children:
+        owner = _OWNED_CAP.match(child.name)
+        if owner and child.is_dir() and not pid_alive(int(owner.group(1))) and remove_cgroup(child, 1.0):
+            removed.append(child)
+    return removed
