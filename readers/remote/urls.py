@@ -102,10 +102,14 @@ def _request_defaults(protocol: str) -> dict[str, Any]:
 
 
 # Filesystems a forked process got from its parent. Their connections belong to an event loop
-# running in a thread of the parent, which did not cross the fork: finalized here (when the child
-# drops them, or fsspec's cache does), s3fs closes them on the child's loop and every worker
-# prints "Task exception was never retrieved ... attached to a different loop". Held, they never are.
+# running in a thread of the parent, which did not cross the fork. Finalized in the child (when
+# it drops them, or when fsspec's own fork hook empties its instance cache there), s3fs closes
+# them on the child's loop: every worker prints "Task exception was never retrieved ... attached
+# to a different loop", and closing the connections takes their sockets out of the epoll set the
+# child shares with the parent, so the parent's next request on a pooled connection waits for its
+# read timeout (30 s). Held, they never are.
 _INHERITED: list[Any] = []
+_FORKING: list[Any] = []  # the cached filesystems at the moment of a fork, parent side
 
 
 def keep_inherited(fs: Any) -> None:
@@ -113,23 +117,40 @@ def keep_inherited(fs: Any) -> None:
     _INHERITED.append(fs)
 
 
-def _keep_parents_filesystems() -> None:
-    """After a fork: hold every filesystem fsspec had cached in the parent."""
+def _cached_filesystems() -> list[Any]:
     import sys
 
     spec = sys.modules.get("fsspec.spec")  # never imported here: a process without fsspec has none
     if spec is None:
-        return
-    classes = [spec.AbstractFileSystem]
+        return []
+    found, classes = [], [spec.AbstractFileSystem]
     while classes:
         cls = classes.pop()
         classes.extend(cls.__subclasses__())
         cache = cls.__dict__.get("_cache")
-        if isinstance(cache, dict):
-            _INHERITED.extend(cache.values())
+        if cache is not None and hasattr(cache, "values"):
+            found.extend(cache.values())
+    return found
 
 
-os.register_at_fork(after_in_child=_keep_parents_filesystems)
+def _before_fork() -> None:
+    # Taken before the fork, not after it in the child: fsspec's own hook clears its cache in
+    # the child, and it runs first wherever fsspec was imported before this module.
+    _FORKING[:] = _cached_filesystems()
+
+
+def _after_fork_in_parent() -> None:
+    _FORKING.clear()
+
+
+def _after_fork_in_child() -> None:
+    _INHERITED.extend(_FORKING)
+    _FORKING.clear()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 
 class Progress:
@@ -225,7 +246,34 @@ def url_fs(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any
         ) from None
     if hasattr(fs, "retries"):
         fs.retries = max(1, int(retries))
+    _share_service_models(fs)
     return fs, path
+
+
+# botocore's data loaders by data path: the parsed service models (S3's is ~1 MB of JSON), made
+# by the first S3 session and inherited by forked DataLoader workers, whose own new sessions then
+# skip the parsing (~60 ms of CPU per worker per epoch; tests/readers/remote/test_s3_sessions.py).
+# The loader holds data only, no connection or event loop, so it may cross a fork.
+_LOADERS: dict[Any, Any] = {}
+
+
+def _share_service_models(fs: Any) -> None:
+    """Give an s3fs filesystem not connected yet the session s3fs would make, with this
+    process's botocore data loader (the parent's, in a forked worker)."""
+    if not type(fs).__module__.startswith("s3fs") or getattr(fs, "session", True) is not None:
+        return
+    try:
+        from aiobotocore.session import AioSession
+
+        session = AioSession(**getattr(fs, "kwargs", {}))  # as s3fs.S3FileSystem.set_session makes it
+        data_path = session.get_config_variable("data_path")
+        loader = _LOADERS.setdefault(data_path, session.get_component("data_loader"))
+        session.register_component("data_loader", loader)
+    except Exception:  # noqa: BLE001 - s3fs then makes its own session, as without this
+        return
+    fs.session = session
+    if hasattr(fs, "_session_is_owned"):
+        fs._session_is_owned = True  # s3fs's to renew (refresh=True) like one it made itself
 
 
 def read_url(url: str, storage_options: dict[str, Any] | None = None) -> bytes:

@@ -281,6 +281,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     peers = peer_pythons(args)
     exported = {peer: export_peer(peer, python, local, args.root) for peer, python in peers.items()}
     rows = []
+    # Each delay's filesystem stays referenced to the end: dropped, it can still be uncollected
+    # garbage when the next loader forks its workers, and a worker that collects it closes its
+    # connections on the worker's own event loop ("Task exception was never retrieved ...
+    # attached to a different loop" on stderr).
+    kept: list[Any] = []
     with server(args) as (fs, storage):
         fs.put(str(local) + "/", f"{BUCKET}/ds", recursive=True)
         for peer, out in exported.items():
@@ -294,6 +299,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 import s3fs
 
                 through = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+                kept.append(through)
                 runs = contenders(local, through, endpoint, options, args, peers)
                 epochs: dict[str, list[Epoch]] = {name: [] for name in runs}
                 names = list(runs)
