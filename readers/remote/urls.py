@@ -351,7 +351,10 @@ class ShardCache:
             try:
                 with open(lock_path, "a+b") as lock:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    lock_path.unlink(missing_ok=True)
+                    # Only the file locked here: the path may name a newer lock by now (the one
+                    # opened was unlinked meanwhile), held by a download.
+                    if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:
+                        lock_path.unlink(missing_ok=True)
             except OSError:
                 continue  # held by a download in progress
 
