@@ -160,6 +160,17 @@ class PartFiles:
             self._sha_checked.add((os.fspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
         return str(path)
 
+    def sidecar_names(self, shard: Any) -> list[str]:
+        """Files next to ``shard`` that opening it reads through the part cache (its index)."""
+        return []
+
+    def fetch_sidecars(self, shard: Any) -> None:
+        """``shard``'s sidecars into the part cache ahead of its opening (as fetched: the opening
+        checks them, and fetches a bad copy again)."""
+        if self.parts is not None:
+            for name in self.sidecar_names(shard):
+                self.parts.index(name, shard.sha256, lambda text, where: None)
+
     def part_path(self, name: str) -> Path:
         """``root / name`` for a name from the manifest or an index, refused if it leaves the dataset."""
         root = self.root

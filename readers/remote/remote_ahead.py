@@ -12,9 +12,9 @@ ask the server for what it will read next while it decodes what it has:
   a read that was not planned goes to the server directly. The DataLoader workers of a rank plan
   the rank's requests together and fetch each once, sharing it through a spool
   (``readers.remote._spool``).
-- **whole parts** (any format through a ``cache_dir``): a helper thread downloads the parts in
-  the order the pass first needs them, at most ``IMGPACK_REMOTE_AHEAD_BYTES`` of downloaded parts
-  ahead of those the reader has opened.
+- **whole parts** (any format through a ``cache_dir``): helper threads download the parts in
+  the order the pass first needs them, up to ``IMGPACK_REMOTE_REQUESTS`` at once and at most
+  ``IMGPACK_REMOTE_AHEAD_BYTES`` of downloaded parts ahead of those the reader has opened.
 
 Merging is done only among the ranges of one stretch of the pass (a quarter to all of the byte
 budget, cut where shuffle windows end: ``stretches``), so a request holds bytes that are needed at
@@ -237,33 +237,53 @@ class RangeFetcher:
 
 
 class PartFetcher:
-    """Whole parts downloaded into the cache by a helper thread, in the order the pass first needs them."""
+    """Whole parts downloaded into the cache ahead of the reader, in the order the pass first
+    needs them: up to ``settings.requests`` at once (a shuffled pass's first batch needs every
+    part of its first shuffle window), within ``settings.ahead_bytes`` of parts downloaded or
+    downloading that the reader has not opened yet."""
 
     def __init__(self, reader: Any, shards: Sequence[int], settings: AheadSettings):
         self.reader = reader
         self.shards = list(shards)
         self.settings = settings
         self.stop = threading.Event()
+        self.pool = ThreadPoolExecutor(max(1, settings.requests), thread_name_prefix="imgpack-parts")
         self.thread = threading.Thread(target=self._run, name="imgpack-parts-ahead", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        reader, entries = self.reader, self.reader.manifest.shards
-        ahead: list[int] = []
+        entries = self.reader.manifest.shards
+        ahead: list[int] = []  # submitted, not yet opened by the reader
         for position in self.shards:
             while not self.stop.is_set():
-                ahead = [p for p in ahead if p not in self.opened()]  # the reader has caught up with it
+                opened = self.opened()
+                ahead = [p for p in ahead if p not in opened]  # the reader has caught up with it
                 waiting = sum(entries[p].bytes for p in ahead)
                 if not ahead or waiting + entries[position].bytes <= self.settings.ahead_bytes:
                     break
                 self.stop.wait(0.05)
-            if self.stop.is_set() or position in self.opened():
+            if self.stop.is_set():
+                return
+            if position in self.opened():
                 continue
             try:
-                reader.local_file(entries[position])
-            except Exception:  # noqa: BLE001 - the reader meets the same failure and reports it
+                self.pool.submit(self._download, entries[position])
+            except RuntimeError:  # closed meanwhile
                 return
             ahead.append(position)
+
+    def _download(self, entry: Any) -> None:
+        if self.stop.is_set():
+            return
+        try:
+            self.reader.local_file(entry)
+        except Exception:  # noqa: BLE001 - the reader meets the same failure and reports it
+            self.stop.set()  # and nothing more is fetched for a pass that is failing
+            return
+        try:
+            self.reader.fetch_sidecars(entry)  # its index: else fetched one part at a time on opening
+        except Exception:  # noqa: BLE001 - the opening fetches it again and reports what is wrong
+            pass
 
     def opened(self) -> dict[Any, Any]:
         """The parts the reader has opened in this process."""
@@ -272,6 +292,7 @@ class PartFetcher:
 
     def close(self) -> None:
         self.stop.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)  # a download under way ends by its own bound
 
 
 @contextmanager

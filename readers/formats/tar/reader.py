@@ -229,6 +229,9 @@ class TarReader(FormatReader):
     def _check_sha(self, shard: Shard, where: str, actual: str) -> None:
         check_against_manifest(where, actual, shard.sha256)
 
+    def sidecar_names(self, shard: Shard) -> list[str]:
+        return [index_name(shard.file)] if self.cache_dir is not None else []  # else a ranged read
+
     def _load_index(self, shard: Shard, where: str, open_tar) -> ShardIndex:
         idx_where = self.location(index_name(shard.file))
 

@@ -225,6 +225,9 @@ class TfrecordReader(FormatReader):
                 f"rebuild it with `pack reindex {self.root}`"
             ) from None
 
+    def sidecar_names(self, shard: Shard) -> list[str]:
+        return [index_name(shard.file)]
+
     def _load_index(self, shard: Shard, local_path: str) -> tuple[np.ndarray, np.ndarray]:
         path = self.location(shard.file)
         name = index_name(shard.file)

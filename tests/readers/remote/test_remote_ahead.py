@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -186,6 +187,52 @@ def test_lmdb_through_the_cache_downloads_parts_ahead(s3, packed, tmp_path):
         time.sleep(0.05)
     assert len(it.reader._handles) < len(shards) == len(list(tmp_path.glob("*.mdb")))
     got = [(first[0].numpy(), first[1].numpy())] + [(x.numpy(), y.numpy()) for x, y in stream]
+    assert same(got, batches(open_iterable(local, batch_size=4, **READ)))
+
+
+def test_tar_through_the_cache_fetches_each_index_with_its_part(s3, packed, tmp_path):
+    fs, options = s3
+    local = packed("tar", options=SPLIT, **SMALL)
+    fs.put(str(local) + "/", f"{BUCKET}/ahead-tar-idx", recursive=True)
+    url = f"s3://{BUCKET}/ahead-tar-idx"
+    it = open_iterable(url, batch_size=4, storage_options=options, cache_dir=tmp_path, **READ)
+    stream = iter(it)
+    first = next(stream)
+    shards = it.reader.manifest.shards
+    deadline = time.monotonic() + 30  # not one index per opening, at the reader's pace
+    while len(list(tmp_path.glob("*.idx"))) < len(shards) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(it.reader._handles) < len(shards) == len(list(tmp_path.glob("*.idx")))
+    got = [(first[0].numpy(), first[1].numpy())] + [(x.numpy(), y.numpy()) for x, y in stream]
+    assert same(got, batches(open_iterable(local, batch_size=4, **READ)))
+
+
+def test_parts_through_the_cache_download_several_at_once_within_the_limit(s3, packed, tmp_path, monkeypatch):
+    fs, options = s3
+    local = packed("lmdb", options=SPLIT, **SMALL)
+    fs.put(str(local) + "/", f"{BUCKET}/parallel-lmdb", recursive=True)
+    monkeypatch.setenv("IMGPACK_REMOTE_REQUESTS", "2")
+    it = open_iterable(
+        f"s3://{BUCKET}/parallel-lmdb", batch_size=4, storage_options=options, cache_dir=tmp_path, **READ
+    )
+    download, lock = it.reader.local_file, threading.Lock()
+    helpers = {"now": 0, "most": 0}
+
+    def slow_download(shard):  # a slow server: downloads overlap where several are in flight
+        helper = threading.current_thread() is not threading.main_thread()
+        with lock:
+            helpers["now"] += helper
+            helpers["most"] = max(helpers["most"], helpers["now"])
+        try:
+            time.sleep(0.3)
+            return download(shard)
+        finally:
+            with lock:
+                helpers["now"] -= helper
+
+    it.reader.local_file = slow_download
+    got = [(x.numpy(), y.numpy()) for x, y in it]
+    assert len(it.reader.manifest.shards) >= 3 and helpers["most"] == 2, helpers
     assert same(got, batches(open_iterable(local, batch_size=4, **READ)))
 
 
