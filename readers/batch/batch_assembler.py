@@ -24,6 +24,7 @@ NCHW. ``layout="HWC"`` returns ``(B, H, W, C)``, contiguous.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +76,7 @@ class BatchAssembler(SlotWriter):
         self.fast_dct = bool(fast_dct)
         self.dct_scaling = bool(dct_scaling)
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         self._local = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -130,8 +132,11 @@ class BatchAssembler(SlotWriter):
             for i, record in enumerate(records):
                 self._put(record, out[i], *params[i])
             return
-        if self._pool is None:
+        if self._pool is None or self._pool_pid != os.getpid():
+            # A forked DataLoader worker has none of the parent's pool threads: work submitted to
+            # the parent's pool (made by batches read in the main process first) would never run.
             self._pool = ThreadPoolExecutor(self.decode_threads, thread_name_prefix="imgpack-decode")
+            self._pool_pid = os.getpid()
         step = -(-len(records) // self.decode_threads)
 
         def run(start: int) -> None:

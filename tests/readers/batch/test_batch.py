@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from readers import open_iterable
+from readers import make_loader, open_iterable
 from readers.batch.batch_assembler import BatchAssembler, _resize
 from readers.batch.shmring import MAX_SLOTS, STATS, mapped_rings
 from readers.formats import open_reader
@@ -229,6 +229,21 @@ def test_decode_threads_give_the_same_batches(packed):
     threaded = batches(path, workers=1, batch_size=9, seed=2, decode_threads=3)
     assert len(plain) == len(threaded) == 5
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(plain, threaded))
+
+
+def test_decode_threads_in_workers_after_a_batch_read_in_the_main_process(packed):
+    path = packed("lmdb", resize=144, crop=128, encode="jpeg")
+
+    def loader_after_a_look(**options):
+        it = open_iterable(path, batch_size=30, seed=2, **options)
+        next(iter(it))  # a look at a batch in the main process (the loader then reads epoch 1)
+        return make_loader(it, num_workers=1, timeout=30)
+
+    # jobs of 10 images: each of the 3 decode threads is started, then idle, in the main process
+    got = [(x.clone(), y.clone()) for x, y in loader_after_a_look(decode_threads=3)]
+    want = [(x.clone(), y.clone()) for x, y in loader_after_a_look()]
+    assert len(got) == len(want) == 2  # before the fix: the forked worker's pool had no threads
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, want))
 
 
 def test_raw_batches_copy_each_record_once_and_equal_the_stored_pixels(packed, monkeypatch):
