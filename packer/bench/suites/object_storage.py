@@ -1,5 +1,8 @@
-"""Streaming a tar pack from object storage: imgpack with and without reading ahead, webdataset
-over the same shards from URLs, a local warm read, and the server's whole-object GET rate.
+"""A tar pack streamed from object storage by imgpack, webdataset, LitData and Streaming.
+
+imgpack with read-ahead on and off and through a cache_dir, webdataset over the same shards from
+URLs, LitData and Streaming from their own formats in the same bucket, a local warm read, and the
+server's whole-object GET rate.
 
 The pack (``packer/bench/bench_data.py`` images, resized to 256, tar shards of ``--per-shard``
 samples) is uploaded to a local S3 server (moto, in this process); each ``--delays`` value (ms)
@@ -362,13 +365,22 @@ def _ratios(r: dict[str, Any]) -> dict[str, str]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=4000)
-    parser.add_argument("--per-shard", type=int, default=500)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--delays", type=lambda s: [int(x) for x in s.split(",")], default=[0, 30])
-    parser.add_argument("--off-batches", type=int, default=8)
-    parser.add_argument("--server", choices=("moto", "s3rver"), default="moto")
+    parser.add_argument("--n", type=int, default=4000, help="images in the benchmark pack (default 4000)")
+    parser.add_argument("--per-shard", type=int, default=500, help="images per tar shard (default 500)")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of every contender")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, contenders in turn; medians reported")
+    parser.add_argument(
+        "--delays", type=lambda s: [int(x) for x in s.split(",")], default=[0, 30],
+        help="milliseconds a proxy adds to every request, one run each (default 0,30)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--off-batches", type=int, default=8,
+        help="batches timed with read-ahead off (one request at a time: a whole epoch would take long)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--server", choices=("moto", "s3rver"), default="moto",
+        help="the local S3 server: moto (Python, in the tests) or s3rver (Node.js, ~3x faster)",
+    )  # fmt: skip
     parser.add_argument(
         "--s3rver", type=Path, default=Path("/work/peers/s3rver/node_modules/.bin/s3rver"),
         help="the s3rver binary (npm install s3rver)",
@@ -378,7 +390,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"--{peer}-python", type=Path, default=python,
             help=f"a Python with {peer} installed (left out if missing; docs/object-storage.md)",
         )  # fmt: skip
-    parser.add_argument("--root", type=Path, default=Path("/tmp/imgpack-bench/object-storage"))
+    parser.add_argument(
+        "--root", type=Path, default=Path("/tmp/imgpack-bench/object-storage"),
+        help="where the images, the pack and the peers' copies are made (kept for the next run)",
+    )  # fmt: skip
     return parser.parse_args(argv)
 
 
