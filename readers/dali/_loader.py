@@ -55,6 +55,7 @@ cannot do).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -268,6 +269,13 @@ class DaliLoader(EpochCursor):
 
         self.feed.base_epoch = epoch
         gpu = self.backend == "dali-gpu"
+        if self.py_workers:
+            # Building forks the py_workers processes. A pipeline dropped earlier but not yet
+            # collected (DALI's objects form cycles) would be collected in such a process, and its
+            # Pipeline.__del__ would shut the parent's pipeline down there: a segfault (seen in CI,
+            # in a worker's first allocations). Collected here, by the process that owns it.
+            self._iterator = None
+            gc.collect()
         pipe = build_pipeline(
             self.feed,
             gpu=gpu,
