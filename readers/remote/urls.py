@@ -302,15 +302,20 @@ def held_lock(path: Path) -> Iterator[Path]:
         lock = open(path, "a+b")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                current = os.stat(path).st_ino == os.fstat(lock.fileno()).st_ino
-            except FileNotFoundError:
-                current = False
-            if current:
+            if _names_file(path, lock):
                 yield path
                 return
         finally:
             lock.close()
+
+
+def _names_file(path: Path, opened: Any) -> bool:
+    """Whether ``path`` still names the file ``opened`` (it may have been unlinked, and another
+    made in its place, since it was opened)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(opened.fileno()).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def remote_chunks(fs: Any, remote: str, url: str, what: str) -> Iterator[bytes]:
@@ -351,9 +356,7 @@ class ShardCache:
             try:
                 with open(lock_path, "a+b") as lock:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    # Only the file locked here: the path may name a newer lock by now (the one
-                    # opened was unlinked meanwhile), held by a download.
-                    if os.stat(lock_path).st_ino == os.fstat(lock.fileno()).st_ino:
+                    if _names_file(lock_path, lock):  # not a newer lock a download holds
                         lock_path.unlink(missing_ok=True)
             except OSError:
                 continue  # held by a download in progress
