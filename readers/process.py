@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 
 def pid_alive(pid: int) -> bool:
@@ -14,3 +17,36 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class ProcessPool:
+    """A thread pool made on first use in the process that uses it. A forked child (a DataLoader
+    worker) has none of its parent's pool threads, so work it submitted to the parent's pool
+    would wait forever: it gets a pool of its own. Not pickled (a new process makes its own)."""
+
+    def __init__(self, threads: int, name: str):
+        self.threads = threads
+        self.name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def get(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=self.name)
+                self._pid = os.getpid()
+            return self._pool
+
+    def shutdown(self) -> None:
+        """Wait for the work submitted in this process, and drop its pool."""
+        pool = self._pool if self._pid == os.getpid() else None
+        if pool is not None:
+            pool.shutdown(wait=True)
+            self._pool = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"threads": self.threads, "name": self.name}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["threads"], state["name"])  # type: ignore[misc]

@@ -24,10 +24,8 @@ NCHW. ``layout="HWC"`` returns ``(B, H, W, C)``, contiguous.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -42,6 +40,7 @@ from readers.errors import ImgpackError
 from readers.fields.boxes import SampleGeometry
 from readers.fields.targets import received
 from readers.image.geometry import NO_PARAMS, Geometry, Params, Placement, RandomResizedCrop
+from readers.process import ProcessPool
 from readers.spec import ReadSpec
 from readers.store.record import Record
 
@@ -75,13 +74,11 @@ class BatchAssembler(SlotWriter):
         self.decode_threads = int(decode_threads)
         self.fast_dct = bool(fast_dct)
         self.dct_scaling = bool(dct_scaling)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_pid = 0
+        self._pool = ProcessPool(self.decode_threads, "imgpack-decode")
         self._local = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_pool"] = None
         state["_local"] = None
         return state
 
@@ -132,18 +129,14 @@ class BatchAssembler(SlotWriter):
             for i, record in enumerate(records):
                 self._put(record, out[i], *params[i])
             return
-        if self._pool is None or self._pool_pid != os.getpid():
-            # A forked DataLoader worker has none of the parent's pool threads: work submitted to
-            # the parent's pool (made by batches read in the main process first) would never run.
-            self._pool = ThreadPoolExecutor(self.decode_threads, thread_name_prefix="imgpack-decode")
-            self._pool_pid = os.getpid()
+        pool = self._pool.get()  # this process's own (a forked worker has none of the parent's threads)
         step = -(-len(records) // self.decode_threads)
 
         def run(start: int) -> None:
             for i in range(start, min(start + step, len(records))):
                 self._put(records[i], out[i], *params[i])
 
-        for future in [self._pool.submit(run, s) for s in range(0, len(records), step)]:
+        for future in [pool.submit(run, s) for s in range(0, len(records), step)]:
             future.result()
 
     def _copy_raw(self, records: Sequence[Record], out: np.ndarray) -> bool:

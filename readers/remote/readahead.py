@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from readers.errors import ImgpackError, OptionError
+from readers.process import ProcessPool
 
 PIECE = 256 << 10
 PAGE = 4096
@@ -178,9 +178,7 @@ class ReadAhead:
         self.hinted_bytes = 0
         self.peak_ahead = 0
         self._reset(None)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_pid = 0
-        self._lock = threading.Lock()
+        self._pool = ProcessPool(threads, "imgpack-readahead")
         self._taken: set[tuple[int, int, int, int]] = set()  # files whose kernel readahead is off
 
     def _reset(self, token: Any) -> None:
@@ -319,27 +317,13 @@ class ReadAhead:
             pass
 
     def _executor(self) -> ThreadPoolExecutor | None:
-        if self.threads <= 0:
-            return None
-        with self._lock:
-            if self._pool is None or self._pool_pid != os.getpid():  # a forked child has no threads
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="imgpack-readahead")
-                self._pool_pid = os.getpid()
-            return self._pool
+        return self._pool.get() if self.threads > 0 else None
 
     def wait(self) -> None:
         """Let the hints made so far finish (tests)."""
-        pool = self._pool if self._pool_pid == os.getpid() else None
-        if pool is not None:
-            pool.shutdown(wait=True)
-            self._pool = None
+        self._pool.shutdown()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_pool"] = state["_token"] = None
-        state["_lock"] = None
+        state["_token"] = None
         return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
