@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from packer.bench.delay_proxy import delayed
 from readers import make_loader, mix, open_iterable
 from readers.errors import OptionError
+from readers.formats import format_names, open_reader
 from readers.remote._range_plan import plan_requests, stretches
 from readers.remote.remote_ahead import AheadSettings, ahead_settings, parse_size
 from tests.support.s3server import BUCKET
@@ -173,38 +175,56 @@ def test_resume_mid_epoch_and_a_mix_with_a_local_dataset(tar_remote, packed):
     assert len(want) > 10 and same(taken, want[:5]) and same(rest, want[5:])
 
 
-def test_lmdb_through_the_cache_downloads_parts_ahead(s3, packed, tmp_path):
+def upload(fs, local, name: str) -> str:
+    fs.put(str(local) + "/", f"{BUCKET}/{name}", recursive=True)
+    return f"s3://{BUCKET}/{name}"
+
+
+def cached_files(reader, cache) -> list:
+    """The files each part of ``reader`` leaves in the part cache: its copy and its sidecars'."""
+    files = []
+    for shard in reader.manifest.shards:
+        files.append(cache / f"{shard.sha256}{Path(reader.checksum_name(shard)).suffix}")
+        files += [cache / f"{shard.sha256}.idx" for _ in reader.sidecar_names(shard)]
+    return files
+
+
+@pytest.mark.parametrize("fmt", format_names())
+def test_parts_through_the_cache_are_downloaded_ahead_with_their_indexes(s3, packed, tmp_path, fmt):
     fs, options = s3
-    local = packed("lmdb", options=SPLIT, **SMALL)
-    fs.put(str(local) + "/", f"{BUCKET}/ahead-lmdb", recursive=True)
-    url = f"s3://{BUCKET}/ahead-lmdb"
+    local = packed(fmt, options=SPLIT, **SMALL)
+    url = upload(fs, local, f"ahead-{fmt}")
     it = open_iterable(url, batch_size=4, storage_options=options, cache_dir=tmp_path, **READ)
     stream = iter(it)
     first = next(stream)
-    deadline = time.monotonic() + 30  # the helper fetches the other parts while the first is read
-    shards = it.reader.manifest.shards
-    while len(list(tmp_path.glob("*.mdb"))) < len(shards) and time.monotonic() < deadline:
+    wanted, shards = cached_files(it.reader, tmp_path), it.reader.manifest.shards
+    deadline = time.monotonic() + 30  # fetched while the first parts are read, not on each opening
+    while not all(f.exists() for f in wanted) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(it.reader._handles) < len(shards) == len(list(tmp_path.glob("*.mdb")))
+    assert len(it.reader._handles) < len(shards) and all(f.exists() for f in wanted)
     got = [(first[0].numpy(), first[1].numpy())] + [(x.numpy(), y.numpy()) for x, y in stream]
     assert same(got, batches(open_iterable(local, batch_size=4, **READ)))
 
 
-def test_tar_through_the_cache_fetches_each_index_with_its_part(s3, packed, tmp_path):
+@pytest.mark.parametrize("fmt", format_names())
+def test_the_cache_with_verify_workers_and_a_resume_reads_the_local_batches(s3, packed, tmp_path, fmt):
     fs, options = s3
-    local = packed("tar", options=SPLIT, **SMALL)
-    fs.put(str(local) + "/", f"{BUCKET}/ahead-tar-idx", recursive=True)
-    url = f"s3://{BUCKET}/ahead-tar-idx"
-    it = open_iterable(url, batch_size=4, storage_options=options, cache_dir=tmp_path, **READ)
-    stream = iter(it)
-    first = next(stream)
-    shards = it.reader.manifest.shards
-    deadline = time.monotonic() + 30  # not one index per opening, at the reader's pace
-    while len(list(tmp_path.glob("*.idx"))) < len(shards) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(it.reader._handles) < len(shards) == len(list(tmp_path.glob("*.idx")))
-    got = [(first[0].numpy(), first[1].numpy())] + [(x.numpy(), y.numpy()) for x, y in stream]
-    assert same(got, batches(open_iterable(local, batch_size=4, **READ)))
+    local = packed(fmt, options=SPLIT, **SMALL)
+    url = upload(fs, local, f"verify-{fmt}")
+    want = batches(open_iterable(local, batch_size=4, **READ))
+    remote = dict(storage_options=options, cache_dir=tmp_path, verify=True, batch_size=4, **READ)
+    loader = make_loader(open_iterable(url, **remote), num_workers=2)
+    taken = []
+    for x, y in loader:  # the workers download the parts ahead, each checked against the manifest
+        taken.append((x.numpy().copy(), y.numpy().copy()))
+        if len(taken) == 4:
+            break
+    resumed = make_loader(open_iterable(url, **remote), num_workers=2)
+    resumed.load_state_dict(loader.state_dict())
+    rest = [(x.numpy().copy(), y.numpy().copy()) for x, y in resumed]
+    assert len(want) == 11 and same(taken, want[:4]) and same(rest, want[4:])
+    reader = open_reader(url, storage_options=options, cache_dir=tmp_path)
+    assert all(f.exists() for f in cached_files(reader, tmp_path))  # each part and index once, shared
 
 
 def test_parts_through_the_cache_download_several_at_once_within_the_limit(s3, packed, tmp_path, monkeypatch):
