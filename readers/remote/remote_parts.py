@@ -13,6 +13,7 @@ Without a ``cache_dir`` the parts go to ``default_cache_dir()``: ``$IMGPACK_CACH
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +30,10 @@ def default_cache_dir() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "imgpack"
+
+
+_MAKING = threading.Lock()  # held while a filesystem is looked up or made
+os.register_at_fork(after_in_child=lambda: globals().update(_MAKING=threading.Lock()))  # never inherited held
 
 
 class RemoteParts:
@@ -62,11 +67,13 @@ class RemoteParts:
 
     @property
     def fs(self) -> tuple[Any, str]:
-        """(fsspec filesystem, the dataset root's path inside it)."""
-        self._this_process()
-        if self._fs is None:
-            self._fs = url_fs(self.root, self.storage_options)
-        return self._fs
+        """(fsspec filesystem, the dataset root's path inside it), made once per process: the
+        first reads of a DataLoader worker come from several threads at once."""
+        with _MAKING:
+            self._this_process()
+            if self._fs is None:
+                self._fs = url_fs(self.root, self.storage_options)
+            return self._fs
 
     @property
     def cache(self) -> ShardCache:
@@ -83,19 +90,19 @@ class RemoteParts:
 
     def local(self, name: str, size: int | None, sha256: str, verify: bool = False) -> Path:
         """The cached local copy of part ``name`` (downloaded and checked if absent or wrong)."""
-        fs, _ = self.fs
         try:
-            return self.cache.get(
-                fs, self.remote_path(name), self.url(name), size, sha256, verify, Path(name).suffix
-            )
+            return self.cache.get(self.source(name), self.url(name), size, sha256, verify, Path(name).suffix)
         except FileNotFoundError:
             raise self.missing(name) from None
 
     def index(self, name: str, sha256: str, check: Callable[[str, str], T]) -> T:
         """``check(text, where)`` of the sidecar ``name`` of the part whose sha256 is ``sha256``,
         cached once; a cached copy that fails ``check`` is fetched again."""
-        fs, _ = self.fs
-        return self.cache.index(fs, self.remote_path(name), self.url(name), sha256, check)
+        return self.cache.index(self.source(name), self.url(name), sha256, check)
+
+    def source(self, name: str) -> Callable[[], tuple[Any, str]]:
+        """(filesystem, path of ``name`` in it), made when first asked for."""
+        return lambda: (self.fs[0], self.remote_path(name))
 
     def read(self, name: str, start: int | None = None, end: int | None = None) -> bytes:
         """Bytes [start, end) of the object ``name`` (all of it by default), one request.

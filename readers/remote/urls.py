@@ -363,8 +363,7 @@ class ShardCache:
 
     def get(
         self,
-        fs: Any,
-        remote: str,
+        source: Callable[[], tuple[Any, str]],
         url: str,
         size: int | None,
         sha256: str,
@@ -372,6 +371,8 @@ class ShardCache:
         suffix: str = ".tar",
     ) -> Path:
         """Local copy of the part at ``url`` (fetched if absent), checked against size and sha256.
+        ``source()``: (fsspec filesystem, the part's path in it), asked for only to download (a
+        worker that finds its parts cached makes no session).
 
         A copy of the wrong size is always replaced; with ``verify`` the copy's sha256 is also
         checked once per process, and a corrupt copy replaced. ``size`` None: not recorded.
@@ -381,14 +382,17 @@ class ShardCache:
             return final
         with held_lock(self.dir / f"{sha256}.lock") as lock_path:
             if not self._usable(final, size, sha256, verify):  # another worker may have fetched it
-                self._download(fs, remote, url, final, size, sha256)
+                self._download(*source(), url, final, size, sha256)
             lock_path.unlink(missing_ok=True)  # while held: a waiter finds it gone and locks anew
         self.evict(keep=final)
         return final
 
-    def index(self, fs: Any, remote_index: str, url: str, sha256: str, check: Callable[[str, str], T]) -> T:
+    def index(
+        self, source: Callable[[], tuple[Any, str]], url: str, sha256: str, check: Callable[[str, str], T]
+    ) -> T:
         """``check(text, where)`` of the shard's ``.idx``: the cached copy, or when it is missing or
-        fails ``check`` (a damaged cache file), the remote one, cached once it passes."""
+        fails ``check`` (a damaged cache file), the remote one (``source()`` as for ``get``),
+        cached once it passes."""
         cached = self.dir / f"{sha256}.idx"
         try:
             return check(cached.read_text(encoding="ascii"), str(cached))
@@ -399,6 +403,7 @@ class ShardCache:
             cached.unlink(missing_ok=True)
         except OSError as exc:
             raise self.unusable(cached, url, exc) from None
+        fs, remote_index = source()
         text = remote_call(url, "reading the index", fs.cat_file, remote_index).decode("ascii", "replace")
         result = check(text, url)
         tmp = part_name(cached)
@@ -480,4 +485,3 @@ class ShardCache:
             path.unlink(missing_ok=True)
             path.with_suffix(".idx").unlink(missing_ok=True)
             total -= size
-

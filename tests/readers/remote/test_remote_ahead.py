@@ -16,6 +16,7 @@ from readers.formats import format_names, open_reader
 from readers.remote._range_plan import plan_requests, stretches
 from readers.remote.remote_ahead import AheadSettings, ahead_settings, parse_size
 from tests.support.s3server import BUCKET
+from tests.support.worker_calls import CALLS_ENV, record_worker_calls, worker_calls
 
 SPLIT = {"samples_per_shard": 10}
 SMALL = {"resize": 32, "crop": 32}
@@ -372,3 +373,24 @@ def test_the_planned_reads_are_the_reads_read_many_makes(packed):
         reader.close()
     assert [tuple(row) for row in table.tolist()] == made
     assert np.array_equal(np.diff(group_of) >= 0, np.ones(len(group_of) - 1, dtype=bool))
+
+
+# BMP's images are fetched one request each, cached index or not: its workers need a session.
+@pytest.mark.parametrize("fmt", [f for f in format_names() if f != "bmp"])
+def test_workers_that_find_every_part_cached_make_no_session(s3, packed, tmp_path, monkeypatch, fmt):
+    """Through a cache_dir that holds every part (a second epoch), a worker opens the cached
+    copies without an S3 session of its own (one costs 40-160 ms of a worker's start)."""
+    fs, options = s3
+    local = packed(fmt, options=SPLIT, **SMALL)
+    url = upload(fs, local, f"cached-{fmt}")
+    calls = tmp_path / "calls"
+    monkeypatch.setenv(CALLS_ENV, str(calls))
+    want = batches(open_iterable(local, batch_size=4, **READ))
+    remote = dict(storage_options=options, cache_dir=tmp_path / "cache", batch_size=4, **READ)
+    sessions = []
+    for _ in range(2):
+        calls.unlink(missing_ok=True)
+        loader = make_loader(open_iterable(url, **remote), num_workers=2, worker_init_fn=record_worker_calls)
+        assert same([(x.numpy().copy(), y.numpy().copy()) for x, y in loader], want)
+        sessions.append(worker_calls(calls).count("session"))
+    assert sessions[0] >= 1 and sessions[1] == 0, sessions  # the first epoch's workers downloaded

@@ -53,7 +53,7 @@ def fetch_together(cache_dir, source, blob: bytes, threads: int = 8) -> tuple[li
         start.wait()
         try:
             cache = ShardCache(cache_dir)
-            got.append(cache.get(fs, str(source), str(source), len(blob), sha, suffix=".mdb"))
+            got.append(cache.get(lambda: (fs, str(source)), str(source), len(blob), sha, suffix=".mdb"))
         except Exception as exc:  # noqa: BLE001 - collected and asserted by the caller
             errors.append(exc)
 
