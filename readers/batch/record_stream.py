@@ -88,6 +88,10 @@ class RecordStream(EpochStream):
         """(format reader, sample indices) for each dataset ``_read(epoch, positions)`` reads from."""
         raise NotImplementedError
 
+    def source_readers(self) -> list[Any]:
+        """The format reader of each dataset this source reads."""
+        raise NotImplementedError
+
     def group_positions(self, epoch: int, positions: np.ndarray, group: list[tuple[int, int]]) -> np.ndarray:
         """The positions ``_emit(positions, group)`` reads (padding of a short last batch included)."""
         return np.concatenate([self._chunk(epoch, positions, a, b)[0] for a, b in group])
@@ -97,6 +101,13 @@ class RecordStream(EpochStream):
             epoch = self._pass.epoch
             plan = lambda g: planned_extents(self, epoch, positions, groups[g])  # noqa: E731
             self.hints.on_group(self._pass, plan, len(groups), current)
+
+    def prime_pass(self, epoch: int, start: Any, num_workers: int) -> Any:
+        if all(getattr(r, "parts", None) is None for r in self.source_readers()):
+            return None  # all local: not even the pass's order is needed here
+        from readers.remote.prime import prime_pass
+
+        return prime_pass(self, epoch, start, num_workers)
 
     # -- the loop --------------------------------------------------------------------------------
     def _emit_pass(self, positions: np.ndarray, groups: list[list[tuple[int, int]]]) -> Iterator[Any]:

@@ -81,6 +81,9 @@ class PackedIterable(RecordStream):
     def planned_reads(self, epoch: int, positions: np.ndarray) -> list[tuple[Any, np.ndarray]]:
         return [(self.reader, np.asarray(positions))]
 
+    def source_readers(self) -> list[Any]:
+        return [self.reader]
+
     def describe(self, position: int) -> str:
         return self.reader.describe(position)
 

@@ -23,6 +23,7 @@ The loader is torchdata's ``StatefulDataLoader`` (the PyTorch ecosystem's resuma
 
 from __future__ import annotations
 
+import multiprocessing
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -68,8 +69,14 @@ class PackedLoader(StatefulDataLoader):
         self._pass_start = self.dataset.pass_start(epoch)
         self._chunks = 0
         self._iterating = True
+        primer = None
         try:
+            # A remote pass: this process starts the workers' first requests while they start up.
+            if self.num_workers > 0 and self._workers_are_children():
+                primer = self.dataset.prime_pass(epoch, self._pass_start, self.num_workers)
             batches = super().__iter__()
+            if primer is not None:
+                primer.start()  # after the workers are forked
             # After a restore StatefulDataLoader counts steps from the saved pass, while len() reports
             # what is left of it: torch's length-mismatch warning would fire for nothing.
             batches._IterableDataset_len_called = None
@@ -80,7 +87,18 @@ class PackedLoader(StatefulDataLoader):
                 yield batch
             self._pass_start = None
         finally:
+            if primer is not None:
+                primer.stop()
             self._iterating = False  # done, or abandoned: state_dict() still says where it stopped
+
+    def _workers_are_children(self) -> bool:
+        """Whether the workers are this process's children (forked or spawned): their spools are
+        named after it (readers/remote/prime.py). A forkserver's workers are the server's."""
+        context = self.multiprocessing_context
+        if context is not None:
+            return context.get_start_method() != "forkserver"
+        chosen = multiprocessing.get_start_method(allow_none=True)  # without fixing it for the program
+        return (chosen or multiprocessing.get_all_start_methods()[0]) != "forkserver"
 
     def global_point(self) -> ResumePoint:
         """Where the epoch stands for the whole job (every rank is at the same step)."""

@@ -203,6 +203,9 @@ class MixedIterable(RecordStream):
         source, index = self._pairs(epoch, positions)
         return [(self.readers[i], index[source == i]) for i in np.unique(source).tolist()]
 
+    def source_readers(self) -> list[Any]:
+        return list(self.readers)
+
     def describe(self, position: int) -> str:
         assert self._pass is not None
         source, index = self._pairs(self._pass.epoch, np.array([position]))

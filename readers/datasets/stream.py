@@ -185,6 +185,12 @@ class EpochStream(EpochCursor, IterableDataset):
     def read_ahead(self, positions: np.ndarray, groups: list[list[tuple[int, int]]], current: int) -> None:
         """Called before ``groups[current]`` is emitted: a place to ask storage for later groups."""
 
+    def prime_pass(self, epoch: int, start: ResumePoint, num_workers: int) -> Any:
+        """Called by the loader in its process before ``num_workers`` workers start a pass over
+        ``epoch`` from ``start``: something to ``start()`` once they are forked and ``stop()``
+        when the pass ends, or None (readers/remote/prime.py)."""
+        return None
+
 
 def trimmed(spans: Iterator[tuple[int, int]], skip: int, relative: bool = False) -> Iterator[tuple[int, int]]:
     """``spans`` without their first positions: those below ``skip`` (absolute), or the first

@@ -303,6 +303,9 @@ class ViewReader(FormatReader):
         parent_rank = None if rank is None else rank.mapped(self.parent_indices)
         return self.parent.fetch_ahead([self.parent_indices(p) for p in planned], settings, parent_rank)
 
+    def prime_ahead(self, rank: Any, settings: Any) -> list[Any]:
+        return self.parent.prime_ahead(rank.mapped(self.parent_indices), settings)
+
     def stored_labels(self) -> np.ndarray | None:
         stored = self.parent.stored_labels()
         return None if stored is None else stored[self.indices]

@@ -242,6 +242,13 @@ class FormatReader(PartFiles):
             return self.fetch_ranges_ahead(planned, settings, rank)
         return remote_ahead.parts_ahead(self, remote_ahead.part_order(self, planned), settings)
 
+    def prime_ahead(self, rank: Any, settings: Any) -> list[Any]:
+        """What the rank's main process fetches while its DataLoader workers start a pass that
+        reads ``rank`` (a ``RankPlan``) from this reader by ranged requests: jobs to run on its
+        helper threads (readers/remote/prime.py); none for parts read whole through a cache: a
+        worker starts downloading them as soon as it starts."""
+        return []
+
     def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any, rank: Any = None) -> Any:
         """Ranged reads planned ahead, for formats that read remote parts by ranges (tar)."""
         from contextlib import nullcontext

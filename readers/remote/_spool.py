@@ -163,7 +163,18 @@ class Spool:
             time.sleep(pause)
             pause = min(POLL_MOST, pause * 2)
 
-    def _claim(self, index: int) -> bool | None:
+    def prefetch(self, index: int, fetch: Callable[[], bytes]) -> bool:
+        """Fetch and publish request ``index`` for the workers, unless one of them has claimed it
+        (the rank's main process starting a pass: ``readers.remote.prime``). Whether it did; a
+        spool removed meanwhile (the pass is over) is not made again."""
+        if not self._claim(index, remake=False):
+            return False
+        published = self._fetch_and_publish(index, fetch)
+        if isinstance(published, mmap.mmap):
+            published.close()  # the workers map their own
+        return True
+
+    def _claim(self, index: int, remake: bool = True) -> bool | None:
         """Whether this worker claimed request ``index`` (None: the spool cannot be written)."""
         path = self._file(index, ".claim")
         try:
@@ -171,6 +182,8 @@ class Spool:
         except FileExistsError:
             return False
         except OSError:
+            if not remake:
+                return None
             try:  # the directory was swept away under an idle pass: make it again
                 os.makedirs(self.path, mode=0o700, exist_ok=True)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -317,9 +317,7 @@ def ranges_ahead(
         yield
         return
     groups = planned if rank is None else rank.planned
-    shards = part_order(reader, groups)
-    with ThreadPoolExecutor(max(1, min(settings.requests, len(shards))), "imgpack-open") as pool:
-        list(pool.map(reader.handle, shards))  # each shard's index: one request each, in parallel
+    open_shards(reader, groups, settings)
     reads, group = read_ranges(reader, groups)
     owners = np.zeros(len(reads), dtype=np.int64) if rank is None else rank.workers[group]
 
@@ -340,6 +338,13 @@ def ranges_ahead(
     finally:
         reader.ahead = None
         fetcher.close()
+
+
+def open_shards(reader: Any, groups: list[np.ndarray], settings: AheadSettings) -> None:
+    """Open the shards ``groups`` read (each shard's index: one request each, in parallel)."""
+    shards = part_order(reader, groups)
+    with ThreadPoolExecutor(max(1, min(settings.requests, len(shards))), "imgpack-open") as pool:
+        list(pool.map(reader.handle, shards))
 
 
 def rank_spool(
@@ -395,36 +400,49 @@ def fetching_ahead(stream: Any, epoch: int, positions: np.ndarray, groups: list)
     """While a pass of ``stream`` over ``groups`` runs: each remote reader it reads fetches ahead.
     With several DataLoader workers each plans the whole rank's reads, so that they share what
     they fetch (``readers.remote._spool``)."""
-    remote = [r for r, _ in stream.planned_reads(epoch, positions) if getattr(r, "parts", None) is not None]
-    if not remote:
-        yield
-        return
-    settings = ahead_settings()
-    if not settings.enabled:
+    if not remote_readers(stream, epoch, positions) or not (settings := ahead_settings()).enabled:
         yield
         return
     running = stream._pass
     everyone = stream.rank_groups(len(positions)) if running is not None and running.num_workers > 1 else None
     me = running.worker if everyone is not None else 0
-    plans: dict[int, tuple[Any, list[tuple[int, int, np.ndarray]]]] = {id(r): (r, []) for r in remote}
-    for worker, worker_groups in enumerate(everyone or [groups]):
-        for group in worker_groups:
-            wanted = stream.group_positions(epoch, positions, group)
-            for reader, indices in stream.planned_reads(epoch, wanted):
-                if id(reader) in plans:
-                    plans[id(reader)][1].append((group[0][0], worker, indices))
     with ExitStack() as stack:
-        for reader, entries in plans.values():
-            entries.sort(key=lambda entry: entry[0])  # the rank's order: by position
-            readers_of = np.array([e[1] for e in entries], dtype=np.int64)
-            members = len(everyone or [groups])
-            tag = getattr(stream, "spool_tag", "")
-            rank = RankPlan([e[2] for e in entries], readers_of, me, os.getppid(), members, tag)
+        for reader, rank in rank_plans(stream, epoch, positions, everyone or [groups], me, os.getppid()):
             if everyone is None:
                 stack.enter_context(reader.fetch_ahead(rank.planned, settings))
             else:
                 stack.enter_context(reader.fetch_ahead(rank.mine(), settings, rank))
         yield
+
+
+def rank_plans(
+    stream: Any, epoch: int, positions: np.ndarray, everyone: list[list], me: int, owner: int
+) -> list[tuple[Any, RankPlan]]:
+    """(remote reader, what the rank reads from it) for each remote reader a pass of ``stream``
+    reads, where ``everyone[w]`` are the groups DataLoader worker ``w`` of the rank emits (one
+    list: the process reads the whole rank). ``me``: this process's worker; ``owner``: the rank's
+    main process."""
+    plans: dict[int, tuple[Any, list[tuple[int, int, np.ndarray]]]] = {
+        id(r): (r, []) for r in remote_readers(stream, epoch, positions)
+    }
+    for worker, worker_groups in enumerate(everyone):
+        for group in worker_groups:
+            wanted = stream.group_positions(epoch, positions, group)
+            for reader, indices in stream.planned_reads(epoch, wanted):
+                if id(reader) in plans:
+                    plans[id(reader)][1].append((group[0][0], worker, indices))
+    out = []
+    tag = getattr(stream, "spool_tag", "")
+    for reader, entries in plans.values():
+        entries.sort(key=lambda entry: entry[0])  # the rank's order: by position
+        readers_of = np.array([e[1] for e in entries], dtype=np.int64)
+        out.append((reader, RankPlan([e[2] for e in entries], readers_of, me, owner, len(everyone), tag)))
+    return out
+
+
+def remote_readers(stream: Any, epoch: int, positions: np.ndarray) -> list[Any]:
+    """The readers behind a URL that a pass of ``stream`` over ``positions`` reads."""
+    return [r for r, _ in stream.planned_reads(epoch, positions) if getattr(r, "parts", None) is not None]
 
 
 def part_order(reader: Any, planned: list[np.ndarray]) -> list[int]:

@@ -154,19 +154,19 @@ class _OpenShard:
     """One shard in this process: its index and a way to read byte ranges of it."""
 
     def __init__(
-        self, index: ShardIndex, fd: int | None = None, fs: Any = None, remote: str = "", url: str = ""
+        self, index: ShardIndex, fd: int | None = None, parts: Any = None, name: str = "", url: str = ""
     ):
         self.index = index
         self.fd = fd
-        self.fs = fs
-        self.remote = remote
+        self.parts = parts  # a remote shard: RemoteParts, whose session is made at the first read
+        self.name = name
         self.url = url
 
     def read(self, offset: int, length: int) -> bytes:
         if self.fd is not None:
             return os.pread(self.fd, length, offset)
-        end = offset + length
-        return remote_call(self.url, "reading", self.fs.cat_file, self.remote, start=offset, end=end)
+        fs, remote, end = self.parts.fs[0], self.parts.remote_path(self.name), offset + length
+        return remote_call(self.url, "reading", fs.cat_file, remote, start=offset, end=end)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -205,15 +205,22 @@ class TarReader(FormatReader):
             return self._open_local(shard, where)
         if self.cache_dir is not None:  # whole shards in the cache; else ranged requests
             return self._open_local(shard, where, local_path=self.local_file(shard), verified=True)
-        fs, _ = self.parts.fs
-        remote = self.parts.remote_path(shard.file)
-        if self.verify:
+        parts = self.parts
+        open_tar = lambda: parts.fs[0].open(parts.remote_path(shard.file), "rb")  # noqa: E731
+        if self.verify:  # hashed and indexed in each process that opens it
             digest = hashlib.sha256()
-            for chunk in remote_chunks(fs, remote, where, "reading"):
+            for chunk in remote_chunks(parts.fs[0], parts.remote_path(shard.file), where, "reading"):
                 digest.update(chunk)
             self._check_sha(shard, where, digest.hexdigest())
-        index = self._load_index(shard, where, lambda: fs.open(remote, "rb"))
-        return _OpenShard(index, fs=fs, remote=remote, url=where)
+            index = self._load_index(shard, where, open_tar)
+        else:
+            # Kept across a fork: a DataLoader worker reads the indexes its main process read
+            # before forking it (readers/remote/prime.py) without a request or a session of its own.
+            indexes = self.__dict__.setdefault("_remote_indexes", {})
+            index = indexes.get(position)
+            if index is None:
+                index = indexes[position] = self._load_index(shard, where, open_tar)
+        return _OpenShard(index, parts=parts, name=shard.file, url=where)
 
     def _open_local(self, shard: Shard, where: str, local_path: str = "", verified: bool = False):
         path = local_path or where
@@ -225,6 +232,11 @@ class TarReader(FormatReader):
 
         fd, index = open_shard_file(path, shard, False, load_index, where)
         return _OpenShard(index, fd=fd)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_remote_indexes", None)  # a pickled copy reads its own: the pickle stays small
+        return state
 
     def _check_sha(self, shard: Shard, where: str, actual: str) -> None:
         check_against_manifest(where, actual, shard.sha256)
@@ -289,6 +301,13 @@ class TarReader(FormatReader):
         """``byte_range`` for arrays of local records [a, b) of shard ``position`` (opened)."""
         index = self.handle(position).index
         return index.image_offset[a].astype(np.int64), index.end[b - 1].astype(np.int64)
+
+    def prime_ahead(self, rank: Any, settings: Any) -> list[Any]:
+        if self.parts is None or self.cache_dir is not None or not self.manifest.shards:
+            return []
+        from readers.remote.prime import range_jobs
+
+        return range_jobs(self, rank, settings)
 
     def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any, rank: Any = None) -> Any:
         from readers.remote.remote_ahead import ranges_ahead

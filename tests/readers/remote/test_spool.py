@@ -19,6 +19,7 @@ from readers.remote._spool import PREFIX, Spool, spool_root, sweep
 from readers.remote.urls import RemoteError
 from tests.support.disks import mounted_tmpfs
 from tests.support.s3server import BUCKET
+from tests.support.worker_calls import CALLS_ENV, record_worker_calls, worker_calls
 
 SPLIT = {"samples_per_shard": 10}
 SMALL = {"resize": 32, "crop": 32}
@@ -294,3 +295,91 @@ def test_a_forked_worker_never_finalizes_its_parents_filesystems(tar_remote):
     os.close(write)
     os.waitpid(pid, 0)
     assert os.read(read, 8) == b"yes"
+
+
+# -- the main process starts the first requests (readers/remote/prime.py) ---------------------
+@pytest.fixture
+def primes(monkeypatch):
+    """The requests the main process fetched and published for its workers."""
+    from readers.remote._spool import Spool
+
+    done: list[int] = []
+    prefetch = Spool.prefetch
+
+    def counting(self, index, fetch):
+        fetched = prefetch(self, index, fetch)
+        if fetched:
+            done.append(index)
+        return fetched
+
+    monkeypatch.setattr(Spool, "prefetch", counting)
+    return done
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["whole", "elastic-resume"])
+def test_the_main_process_fetches_the_first_requests_and_its_workers_read_no_index(
+    tar_remote, tmp_path, monkeypatch, primes, resume
+):
+    """The workers find the shards' indexes read by their main process before it forked them, and
+    the requests it fetched in their spool: the batches are the local ones, every byte comes once
+    per rank, and the spool the main process filled is the one its workers use and remove (a plan
+    of its own would stay behind). Elastic: a state saved without workers read on by 2, which the
+    main process plans from the state's position."""
+    local, url, options = tar_remote
+    spools, calls = tmp_path / "spools", tmp_path / "calls"
+    spools.mkdir()
+    monkeypatch.setenv("IMGPACK_REMOTE_SPOOL", str(spools))
+    monkeypatch.setenv(CALLS_ENV, str(calls))
+    want = batches(make_loader(open_iterable(local, batch_size=4, **READ)))
+    shard_bytes = sum(p.stat().st_size for p in local.glob("*.tar"))
+    with delayed(options["client_kwargs"]["endpoint_url"], 0) as proxy:
+        it = open_iterable(url, batch_size=4, storage_options=counted(options, proxy), **READ)
+        if resume:  # saved without workers: read on by 2 from the position alone
+            first = make_loader(it)
+            taken = []
+            for x, y in first:
+                taken.append((x.numpy().copy(), y.numpy().copy()))
+                if len(taken) == 3:
+                    break
+            assert same(taken, want[:3])
+            state = first.state_dict()
+            del first
+            want = want[3:]
+            it = open_iterable(url, batch_size=4, storage_options=counted(options, proxy), **READ)
+            primes.clear()
+        before = proxy.served_bytes
+        loader = make_loader(it, num_workers=2, worker_init_fn=record_worker_calls)
+        if resume:
+            loader.load_state_dict(state)
+        assert same(batches(loader), want)
+        served = (proxy.served_bytes - before) / shard_bytes
+    assert primes, "the main process fetched nothing ahead of its workers"
+    assert "index" not in worker_calls(calls)
+    assert served < 1.3, served
+    assert not list(spools.iterdir())
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_workers_not_forked_read_the_local_batches(tar_remote, tmp_path, monkeypatch, primes, context):
+    """Spawned workers inherit no index but share the spool their main process fills. A forkserver's
+    workers name another process as their owner: the main process fetches nothing for them."""
+    local, url, options = tar_remote
+    monkeypatch.setenv("IMGPACK_REMOTE_SPOOL", str(tmp_path))
+    want = batches(make_loader(open_iterable(local, batch_size=4, **READ)))
+    it = open_iterable(url, batch_size=4, storage_options=options, **READ)
+    assert same(batches(make_loader(it, num_workers=2, multiprocessing_context=context)), want)
+    assert bool(primes) == (context == "spawn")
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_main_process_fetches_only_what_the_workers_first_batches_wait_for():
+    from readers.remote.prime import first_batches, first_within
+    from readers.remote.remote_ahead import RankPlan
+
+    # groups in the rank's order: worker 0, worker 1, worker 0, worker 1; the reads of each group
+    # and the request serving each read
+    rank = RankPlan([np.arange(2)] * 4, np.array([0, 1, 0, 1]), me=0, owner=1, num_workers=2)
+    group = np.array([0, 0, 1, 1, 2, 3, 3])
+    serving = np.array([0, 2, 1, 3, 4, 5, 6])
+    assert first_batches(rank, group, serving) == 4  # requests 0-3: groups 0 and 1
+    assert first_within([3, 3, 3], 7) == 2 and first_within([9, 1], 4) == 1 and first_within([], 4) == 0
