@@ -35,6 +35,7 @@ from readers.errors import CallError, OptionError
 from readers.fields.field_collate import field_collate
 from readers.fields.targets import detection_collate
 from readers.order.resume import ResumeError, ResumePoint, advance, check_worker_states, loader_workers
+from readers.process import frozen_for_fork
 
 STATE_KEY = "imgpack"
 
@@ -71,10 +72,13 @@ class PackedLoader(StatefulDataLoader):
         self._iterating = True
         primer = None
         try:
-            # A remote pass: this process starts the workers' first requests while they start up.
-            if self.num_workers > 0 and self._workers_are_children():
+            method = self._start_method() if self.num_workers > 0 else None
+            # A remote pass: this process starts the workers' first requests while they start up
+            # (its own children: a forkserver's workers are the server's, with spools of their own).
+            if method in ("fork", "spawn"):
                 primer = self.dataset.prime_pass(epoch, self._pass_start, self.num_workers)
-            batches = super().__iter__()
+            with frozen_for_fork(method == "fork"):
+                batches = super().__iter__()  # persistent workers are forked at the first pass only
             if primer is not None:
                 primer.start()  # after the workers are forked
             # After a restore StatefulDataLoader counts steps from the saved pass, while len() reports
@@ -91,14 +95,13 @@ class PackedLoader(StatefulDataLoader):
                 primer.stop()
             self._iterating = False  # done, or abandoned: state_dict() still says where it stopped
 
-    def _workers_are_children(self) -> bool:
-        """Whether the workers are this process's children (forked or spawned): their spools are
-        named after it (readers/remote/prime.py). A forkserver's workers are the server's."""
+    def _start_method(self) -> str:
+        """How the workers are started: ``fork``, ``spawn`` or ``forkserver``."""
         context = self.multiprocessing_context
         if context is not None:
-            return context.get_start_method() != "forkserver"
+            return context.get_start_method()
         chosen = multiprocessing.get_start_method(allow_none=True)  # without fixing it for the program
-        return (chosen or multiprocessing.get_all_start_methods()[0]) != "forkserver"
+        return chosen or multiprocessing.get_all_start_methods()[0]
 
     def global_point(self) -> ResumePoint:
         """Where the epoch stands for the whole job (every rank is at the same step)."""
