@@ -8,6 +8,7 @@ forwarded. Connections are served concurrently, as a real store serves them.
 
 from __future__ import annotations
 
+import multiprocessing
 import select
 import socket
 import threading
@@ -18,27 +19,38 @@ from contextlib import contextmanager
 
 class DelayProxy:
     """Forwards 127.0.0.1:``port`` to ``target``, each request delayed; counts the requests and
-    the bytes the server sent back (``served_bytes``: headers included)."""
+    the bytes the server sent back (``served_bytes``: headers included).
+
+    It runs in a process of its own, as a real store does: in the measuring process its threads
+    would hold the interpreter's lock while they copy every byte, and slow down the work of a
+    reader's main process there (readers/remote/prime.py fetches from it) but not its workers'."""
 
     def __init__(self, target: tuple[str, int], delay: float):
         self.target = target
         self.delay = delay
-        self.requests = 0
-        self.served_bytes = 0
+        context = multiprocessing.get_context("fork")  # forked: it starts at once, importing nothing
+        self._requests = context.Value("q", 0)
+        self._served = context.Value("q", 0)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._accept, name="delay-proxy", daemon=True)
-        self.thread.start()
+        self.process = context.Process(target=self._accept, name="delay-proxy", daemon=True)
+        self.process.start()
+        self.listener.close()  # the proxy's process holds it
+
+    @property
+    def requests(self) -> int:
+        return int(self._requests.value)
+
+    @property
+    def served_bytes(self) -> int:
+        return int(self._served.value)
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _accept(self) -> None:
-        self.listener.settimeout(0.2)
-        while not self.stop.is_set():
+    def _accept(self) -> None:  # the proxy's process, until it is terminated
+        while True:
             try:
                 client, _ = self.listener.accept()
             except OSError:
@@ -53,29 +65,28 @@ class DelayProxy:
             return
         answered = True  # the next bytes from the client start a new request
         with client, server:
-            while not self.stop.is_set():
-                ready, _, _ = select.select([client, server], [], [], 0.2)
+            while True:
+                ready, _, _ = select.select([client, server], [], [])
                 for sock in ready:
                     data = sock.recv(1 << 20)
                     if not data:
                         return
                     if sock is client:
                         if answered:
-                            with self.lock:
-                                self.requests += 1
+                            with self._requests.get_lock():
+                                self._requests.value += 1
                             time.sleep(self.delay)
                             answered = False
                         server.sendall(data)
                     else:
                         answered = True
-                        with self.lock:
-                            self.served_bytes += len(data)
+                        with self._served.get_lock():
+                            self._served.value += len(data)
                         client.sendall(data)
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
-        self.listener.close()
+        self.process.terminate()
+        self.process.join(10)
 
 
 @contextmanager
