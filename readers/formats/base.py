@@ -247,6 +247,12 @@ class FormatReader(PartFiles):
         reads ``rank`` (a ``RankPlan``) from this reader by ranged requests: jobs to run on its
         helper threads (readers/remote/prime.py); none for parts read whole through a cache: a
         worker starts downloading them as soon as it starts."""
+        if self.parts is None or self.cache_dir is not None or not self.manifest.shards:
+            return []
+        return self.prime_ranges(rank, settings)
+
+    def prime_ranges(self, rank: Any, settings: Any) -> list[Any]:
+        """``prime_ahead`` for formats that read remote parts by ranges (tar)."""
         return []
 
     def fetch_ranges_ahead(self, planned: list[np.ndarray], settings: Any, rank: Any = None) -> Any:

@@ -54,7 +54,6 @@ class Primer:
         self.threads = max(1, threads)
         self.stopped = threading.Event()
         self.pool: ThreadPoolExecutor | None = None
-        self.done = 0  # jobs that ran to the end
 
     def start(self) -> None:
         if not self.jobs or self.pool is not None:
@@ -70,8 +69,6 @@ class Primer:
             job()
         except Exception:  # noqa: BLE001 - the worker that reads it meets the failure and reports it
             self.stopped.set()  # and nothing more is fetched for a pass that is failing
-            return
-        self.done += 1
 
     def stop(self) -> None:
         self.stopped.set()

@@ -302,9 +302,7 @@ class TarReader(FormatReader):
         index = self.handle(position).index
         return index.image_offset[a].astype(np.int64), index.end[b - 1].astype(np.int64)
 
-    def prime_ahead(self, rank: Any, settings: Any) -> list[Any]:
-        if self.parts is None or self.cache_dir is not None or not self.manifest.shards:
-            return []
+    def prime_ranges(self, rank: Any, settings: Any) -> list[Any]:
         from readers.remote.prime import range_jobs
 
         return range_jobs(self, rank, settings)
