@@ -58,7 +58,7 @@ SUITES: tuple[Suite, ...] = (
     _suite("dali", "images/s of each dali_loader path: DALI GPU, DALI CPU, DataLoader", "DALI (+ a GPU)"),
     _suite("dali_fields", "a dali_loader read with a caption and 0-20 boxes against one without", "DALI"),
     # packing
-    _suite("pack", "pack imagefolder against a one-process Pillow + pickle + LMDB script"),
+    _suite("pack", "pack imagefolder against a one-process Pillow + LMDB script"),
     _suite("pack_coco", "pack coco against pack imagefolder on the same images: the cost of boxes"),
     _suite("append", "appending a few % to a pack against a full pack, and the appended read rate"),
     _suite("dedup", "per-sample hashes: near-duplicate recall, pack overlap at scale, hashing cost"),
