@@ -41,8 +41,13 @@ def pack(request, packed, tmp_path) -> Path:
     return root
 
 
-def test_the_formats_that_store_labels_apart_are_found():
-    assert {"tar", "tfrecord"} <= set(WITH_LABEL_FILE)
+@pytest.mark.parametrize("name", format_names())
+def test_the_formats_that_store_labels_apart_are_found(packed, name):
+    """The registry's answer agrees with what packing writes, so these tests run on every format
+    that keeps a label file and on no other."""
+    root = packed(name, options=SPLIT, **SPEC)
+    assert (root / LABELS_NAME).exists() == (name in WITH_LABEL_FILE)
+    assert WITH_LABEL_FILE
 
 
 def test_labels_live_in_the_label_file_not_the_manifest(pack):
