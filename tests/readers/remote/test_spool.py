@@ -383,3 +383,35 @@ def test_the_main_process_fetches_only_what_the_workers_first_batches_wait_for()
     serving = np.array([0, 2, 1, 3, 4, 5, 6])
     assert first_batches(rank, group, serving) == 4  # requests 0-3: groups 0 and 1
     assert first_within([3, 3, 3], 7) == 2 and first_within([9, 1], 4) == 1 and first_within([], 4) == 0
+
+
+def _gloo_rank(rank: int, local: str, url: str, options: dict, store: str, out: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    try:
+        want = batches(make_loader(open_iterable(local, batch_size=4, **READ)))  # this rank's share
+        prefetch, primed = Spool.prefetch, []
+        Spool.prefetch = lambda self, index, fetch: primed.append(prefetch(self, index, fetch)) or primed[-1]
+        it = open_iterable(url, batch_size=4, storage_options=options, **READ)
+        got = batches(make_loader(it, num_workers=2))
+        Path(out, f"rank{rank}").write_text(f"{same(got, want)} {len(got)} {sum(primed)}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_each_prime_their_own_workers(tar_remote, tmp_path, monkeypatch):
+    """DDP: each rank's main process fills the spool of its own workers (named after it), and
+    each rank reads what it reads locally; no spool is left behind."""
+    import torch.multiprocessing as mp
+
+    local, url, options = tar_remote
+    spools = tmp_path / "spools"
+    spools.mkdir()
+    monkeypatch.setenv("IMGPACK_REMOTE_SPOOL", str(spools))
+    args = (str(local), url, options, str(tmp_path / "store"), str(tmp_path))
+    mp.spawn(_gloo_rank, args=args, nprocs=2, join=True)
+    results = [(tmp_path / f"rank{r}").read_text().split() for r in range(2)]
+    assert all(ok == "True" and int(n) > 0 and int(primed) > 0 for ok, n, primed in results), results
+    assert not list(spools.iterdir())
